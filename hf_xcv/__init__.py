@@ -1,0 +1,28 @@
+"""hf_xcv: the transformer architectures that shaped computer vision, native to the Hugging Face stack.
+
+Importing the package registers every hf_xcv model type with transformers' Auto classes. It touches
+no network.
+"""
+
+from .attention import available_attention_types, build_attention, register_attention
+from .auto import MODEL_TYPES, register_auto_classes
+from .models.vit import ViTConfig, ViTForImageClassification, ViTImageProcessor, ViTModel, ViTPreTrainedModel
+from .presets import PRESETS, preset_config
+
+__version__ = "0.1.0"
+
+register_auto_classes()
+
+__all__ = [
+    "MODEL_TYPES",
+    "PRESETS",
+    "ViTConfig",
+    "ViTForImageClassification",
+    "ViTImageProcessor",
+    "ViTModel",
+    "ViTPreTrainedModel",
+    "available_attention_types",
+    "build_attention",
+    "preset_config",
+    "register_attention",
+]

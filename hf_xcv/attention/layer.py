@@ -1,0 +1,103 @@
+"""A model's attention layer: its own Q/K/V/O projections around one registry core."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+from transformers import PretrainedConfig
+
+from .registry import build_attention, check_capabilities
+
+
+class MultiHeadAttention(nn.Module):
+    """Multi-head attention with separate ``q_proj``/``k_proj``/``v_proj``/``o_proj`` and a pluggable core.
+
+    Args:
+        hidden_size: width of the queries and of the output.
+        num_heads: number of heads; ``hidden_size`` must divide evenly.
+        qkv_bias: bias on the query, key and value projections.
+        attention_type: registry name of the core (``"full"`` = exact softmax attention).
+        attention_kwargs: the core's own settings, validated by the registry.
+        dropout: dropout on the attention probabilities (training only).
+        kv_size: width of the key/value inputs for cross-attention (defaults to ``hidden_size``).
+        config: the owning model's config; its ``_attn_implementation`` picks the backend of ``full``.
+    """
+
+    def __init__(
+        self,
+        hidden_size: int,
+        num_heads: int,
+        qkv_bias: bool = True,
+        attention_type: str = "full",
+        attention_kwargs: dict[str, Any] | None = None,
+        dropout: float = 0.0,
+        kv_size: int | None = None,
+        config: PretrainedConfig | None = None,
+    ):
+        super().__init__()
+        if hidden_size % num_heads:
+            raise ValueError(f"hidden_size={hidden_size} is not divisible by num_heads={num_heads}")
+        self.num_heads = num_heads
+        self.head_dim = hidden_size // num_heads
+        self.scaling = self.head_dim**-0.5
+        self.dropout = dropout
+        self.attention_type = attention_type
+        self.config = config
+        self.is_causal = False
+        kv_size = hidden_size if kv_size is None else kv_size
+        self.q_proj = nn.Linear(hidden_size, hidden_size, bias=qkv_bias)
+        self.k_proj = nn.Linear(kv_size, hidden_size, bias=qkv_bias)
+        self.v_proj = nn.Linear(kv_size, hidden_size, bias=qkv_bias)
+        self.o_proj = nn.Linear(hidden_size, hidden_size)
+        self.core = build_attention(attention_type, num_heads, self.head_dim, **(attention_kwargs or {}))
+
+    def _split_heads(self, x: torch.Tensor) -> torch.Tensor:
+        batch, length, _ = x.shape
+        return x.view(batch, length, self.num_heads, self.head_dim).transpose(1, 2)  # (B, H, L, D)
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        key_value_states: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        causal: bool = False,
+        grid: tuple[int, int] | None = None,
+        state: Any = None,
+        output_attentions: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None, Any]:
+        """Attend from ``hidden_states`` (B, Lq, C) to itself or to ``key_value_states`` (B, Lk, C_kv).
+
+        Returns the output (B, Lq, C), the attention probabilities (B, H, Lq, Lk) when
+        ``output_attentions`` is set (else None), and the core's new state.
+        """
+        cross = key_value_states is not None
+        check_capabilities(
+            self.attention_type,
+            padding_mask=attention_mask is not None,
+            causal=causal,
+            cross_attention=cross,
+            returns_weights=output_attentions,
+            grid_available=grid is not None,
+        )
+        source = key_value_states if cross else hidden_states
+        q = self._split_heads(self.q_proj(hidden_states))  # (B, H, Lq, D)
+        k = self._split_heads(self.k_proj(source))  # (B, H, Lk, D)
+        v = self._split_heads(self.v_proj(source))  # (B, H, Lk, D)
+        out = self.core(
+            q,
+            k,
+            v,
+            attention_mask=attention_mask,
+            causal=causal,
+            grid=grid,
+            state=state,
+            dropout=self.dropout if self.training else 0.0,
+            scaling=self.scaling,
+            output_weights=output_attentions,
+            module=self,
+        )
+        batch, _, q_len, _ = out.values.shape
+        merged = out.values.transpose(1, 2).reshape(batch, q_len, self.num_heads * self.head_dim)  # (B, Lq, C)
+        return self.o_proj(merged), out.weights, out.state

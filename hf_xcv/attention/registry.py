@@ -1,0 +1,192 @@
+"""The attention registry: one name -> one attention core, all with the same call signature.
+
+An attention *core* turns projected queries, keys and values into attended values; the owning
+layer keeps its own Q/K/V/O projections. Every core is called as
+
+    out = core(q, k, v, attention_mask=None, causal=False, grid=None, state=None)
+
+with ``q``: (batch, heads, q_len, head_dim), ``k``/``v``: (batch, heads, kv_len, head_dim), the layout of
+``torch.nn.functional.scaled_dot_product_attention``. ``attention_mask`` is a boolean *keep* mask
+broadcastable to (batch, heads, q_len, kv_len) (True = may attend). ``grid`` is the (height, width) of
+the token layout for cores that need a 2-D arrangement, ``state`` whatever a stateful core carried
+from the previous call. Keyword-only extras: ``dropout``, ``scaling``, ``output_weights`` and
+``module`` (the owning layer). It returns an :class:`AttentionOutput` (values in the layout of ``q``,
+optional weights, optional new state).
+
+Each core declares what it can serve in :class:`Capabilities`; :func:`check_capabilities` turns a
+mismatch into one ``ValueError`` listing every missing capability.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass, fields
+from typing import Any, ClassVar, NamedTuple
+
+import torch
+from torch import nn
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What an attention core can serve.
+
+    Attributes:
+        padding_mask: accepts a boolean keep mask over keys (and queries).
+        causal: supports autoregressive (lower-triangular) attention.
+        cross_attention: queries and keys may come from different sequences of different lengths.
+        returns_weights: can return the (batch, heads, q_len, kv_len) attention probabilities.
+        needs_grid: requires the (height, width) layout of the tokens.
+        stateful: carries memory from one call to the next.
+    """
+
+    padding_mask: bool = False
+    causal: bool = False
+    cross_attention: bool = False
+    returns_weights: bool = False
+    needs_grid: bool = False
+    stateful: bool = False
+
+
+# Human-readable names of the capabilities, used in error messages.
+_CAPABILITY_WORDS = {
+    "padding_mask": "a padding mask",
+    "causal": "causal (autoregressive) masking",
+    "cross_attention": "cross-attention (keys from another sequence)",
+    "returns_weights": "returning attention weights (output_attentions=True)",
+}
+
+
+class AttentionOutput(NamedTuple):
+    """What a core returns: values shaped like ``q``, optional weights, optional new state."""
+
+    values: torch.Tensor  # (B, H, Lq, D)
+    weights: torch.Tensor | None = None  # (B, H, Lq, Lk)
+    state: Any = None
+
+
+class AttentionCore(nn.Module):
+    """Base class of every registry entry. Subclasses set ``name`` and ``capabilities``.
+
+    Constructor arguments after ``num_heads`` and ``head_dim`` are the entry's ``attention_kwargs``;
+    they must be keyword arguments with defaults so the registry can validate them.
+    """
+
+    name: ClassVar[str] = ""
+    capabilities: ClassVar[Capabilities] = Capabilities()
+
+    def __init__(self, num_heads: int, head_dim: int):
+        super().__init__()
+        if num_heads <= 0 or head_dim <= 0:
+            raise ValueError(f"num_heads and head_dim must be positive, got {num_heads} and {head_dim}")
+        self.num_heads = num_heads
+        self.head_dim = head_dim
+
+    def forward(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        causal: bool = False,
+        grid: tuple[int, int] | None = None,
+        state: Any = None,
+        *,
+        dropout: float = 0.0,
+        scaling: float | None = None,
+        output_weights: bool = False,
+        module: nn.Module | None = None,
+    ) -> AttentionOutput:
+        """``dropout`` applies to the attention probabilities, ``scaling`` defaults to head_dim**-0.5,
+        ``output_weights`` asks for the probabilities, ``module`` is the owning layer (for its config)."""
+        raise NotImplementedError
+
+
+_REGISTRY: dict[str, type[AttentionCore]] = {}
+
+
+def register_attention(cls: type[AttentionCore]) -> type[AttentionCore]:
+    """Class decorator adding an :class:`AttentionCore` subclass to the registry under ``cls.name``."""
+    if not cls.name:
+        raise ValueError(f"{cls.__name__} has no `name`")
+    if cls.name in _REGISTRY and _REGISTRY[cls.name] is not cls:
+        raise ValueError(f"attention type {cls.name!r} is already registered by {_REGISTRY[cls.name].__name__}")
+    _REGISTRY[cls.name] = cls
+    return cls
+
+
+def available_attention_types() -> list[str]:
+    """Names of every registered attention core, sorted."""
+    return sorted(_REGISTRY)
+
+
+def get_attention_class(name: str) -> type[AttentionCore]:
+    """The core class registered under ``name``; ValueError naming the allowed values otherwise."""
+    if name not in _REGISTRY:
+        raise ValueError(f"attention_type={name!r} is not registered; allowed values: {available_attention_types()}")
+    return _REGISTRY[name]
+
+
+def attention_kwarg_defaults(name: str) -> dict[str, Any]:
+    """The ``attention_kwargs`` an entry accepts, with their defaults."""
+    signature = inspect.signature(get_attention_class(name).__init__)
+    skipped = {"self", "num_heads", "head_dim"}
+    return {
+        key: param.default
+        for key, param in signature.parameters.items()
+        if key not in skipped and param.kind in (param.KEYWORD_ONLY, param.POSITIONAL_OR_KEYWORD)
+    }
+
+
+def validate_attention_kwargs(name: str, attention_kwargs: dict[str, Any] | None) -> None:
+    """Reject ``attention_kwargs`` keys the entry does not take (nothing is silently dropped)."""
+    allowed = attention_kwarg_defaults(name)
+    unknown = sorted(set(attention_kwargs or {}) - set(allowed))
+    if unknown:
+        raise ValueError(
+            f"attention_kwargs has keys {unknown} that attention_type={name!r} does not accept; "
+            f"accepted keys: {sorted(allowed) or 'none'}"
+        )
+
+
+def check_capabilities(
+    name: str,
+    *,
+    padding_mask: bool = False,
+    causal: bool = False,
+    cross_attention: bool = False,
+    returns_weights: bool = False,
+    grid_available: bool = False,
+) -> None:
+    """Raise one ValueError listing every request the entry ``name`` cannot serve."""
+    caps = get_attention_class(name).capabilities
+    wanted = {
+        "padding_mask": padding_mask,
+        "causal": causal,
+        "cross_attention": cross_attention,
+        "returns_weights": returns_weights,
+    }
+    reasons = [
+        f"it does not support {_CAPABILITY_WORDS[key]}"
+        for key, want in wanted.items()
+        if want and not getattr(caps, key)
+    ]
+    if caps.needs_grid and not grid_available:
+        reasons.append("it needs a 2-D token grid, which this model does not provide")
+    if reasons:
+        raise ValueError(f"attention_type={name!r} cannot be used here: " + "; ".join(reasons))
+
+
+def build_attention(name: str, num_heads: int, head_dim: int, **attention_kwargs: Any) -> AttentionCore:
+    """Build the core registered as ``name``, after validating ``attention_kwargs``."""
+    validate_attention_kwargs(name, attention_kwargs)
+    return get_attention_class(name)(num_heads=num_heads, head_dim=head_dim, **attention_kwargs)
+
+
+def capability_table() -> list[dict[str, Any]]:
+    """One row per registered entry: its name and every capability flag (for docs and tests)."""
+    rows = []
+    for name in available_attention_types():
+        caps = _REGISTRY[name].capabilities
+        rows.append({"name": name, **{f.name: getattr(caps, f.name) for f in fields(caps)}})
+    return rows

@@ -1,0 +1,78 @@
+"""Config base class and the validators every hf_xcv config uses.
+
+Configs validate themselves on construction and again before saving; every failure is a
+``ValueError`` that names the field and what it allows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from transformers import PretrainedConfig
+from transformers.activations import ACT2FN
+
+from .attention import available_attention_types, validate_attention_kwargs
+
+
+def check_int(name: str, value: Any, minimum: int = 1) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+
+
+def check_size(name: str, value: Any) -> None:
+    """A positive int or a (height, width) pair of positive ints."""
+    items = list(value) if isinstance(value, (list, tuple)) else [value]
+    if isinstance(value, (list, tuple)) and len(items) != 2:
+        raise ValueError(f"{name} must be an int or a (height, width) pair, got {value!r}")
+    for item in items:
+        check_int(name, item)
+
+
+def check_probability(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
+        raise ValueError(f"{name} must be a probability in [0, 1), got {value!r}")
+
+
+def check_positive_float(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise ValueError(f"{name} must be a positive number, got {value!r}")
+
+
+def check_choice(name: str, value: Any, allowed: Iterable[Any]) -> None:
+    allowed = list(allowed)
+    if value not in allowed:
+        raise ValueError(f"{name}={value!r} is not allowed; allowed values: {allowed}")
+
+
+def check_bool(name: str, value: Any) -> None:
+    if not isinstance(value, bool):
+        raise ValueError(f"{name} must be True or False, got {value!r}")
+
+
+def check_activation(name: str, value: Any) -> None:
+    if value not in ACT2FN:
+        raise ValueError(f"{name}={value!r} is not a known activation; allowed values: {sorted(ACT2FN)}")
+
+
+def check_attention(attention_type: Any, attention_kwargs: Any) -> None:
+    """``attention_type`` must be registered and ``attention_kwargs`` must be keys it accepts."""
+    check_choice("attention_type", attention_type, available_attention_types())
+    if attention_kwargs is not None and not isinstance(attention_kwargs, dict):
+        raise ValueError(f"attention_kwargs must be a dict, got {type(attention_kwargs).__name__}")
+    validate_attention_kwargs(attention_type, attention_kwargs)
+
+
+class XcvConfig(PretrainedConfig):
+    """Base of every hf_xcv config: runs :meth:`check` after construction and before saving."""
+
+    def __post_init__(self, **kwargs: Any) -> None:
+        super().__post_init__(**kwargs)
+        self.check()
+
+    def check(self) -> None:
+        """Raise ValueError naming the first invalid field. Subclasses extend this."""
+
+    def validate(self) -> None:  # called by save_pretrained
+        super().validate()
+        self.check()

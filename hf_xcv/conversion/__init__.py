@@ -1,0 +1,110 @@
+"""Conversion of other libraries' checkpoints into hf_xcv format, on disk or on load.
+
+A converter module defines ``SOURCE_MODEL_TYPE``, ``TARGET_MODEL_TYPE``, ``PROCESSOR_TYPE``,
+``has_pooler(state_dict)``, ``convert_config(config_dict, with_pooler)`` and
+``convert_state_dict(state_dict) -> (state_dict, dropped_keys)``; the last two are pure functions.
+:func:`convert_checkpoint` runs one on a folder or Hub repo and writes the result atomically.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import logging
+import os
+from types import ModuleType
+from typing import Any
+
+from .checkpoint_io import (
+    HUB_KWARGS,
+    CorruptCheckpointError,
+    atomic_directory,
+    find_corrupt_weights,
+    load_config_dict,
+    load_state_dict,
+    read_weights_file,
+    save_safetensors,
+    split_hub_kwargs,
+)
+
+logger = logging.getLogger(__name__)
+
+# (target hf_xcv model_type, source model_type) -> converter module
+CONVERTERS: dict[tuple[str, str], str] = {
+    ("xcv_vit", "vit"): "hf_xcv.conversion.vit",
+}
+
+
+def find_converter(target_model_type: str, source_model_type: str | None) -> ModuleType | None:
+    name = CONVERTERS.get((target_model_type, source_model_type))
+    return importlib.import_module(name) if name else None
+
+
+def convertible_sources(target_model_type: str) -> list[str]:
+    return sorted(source for target, source in CONVERTERS if target == target_model_type)
+
+
+def convert_checkpoint(
+    source: str | os.PathLike,
+    output_dir: str | os.PathLike,
+    target_model_type: str,
+    overwrite: bool = False,
+    **hub_kwargs: Any,
+) -> list[str]:
+    """Convert the checkpoint at ``source`` (folder or Hub repo) into ``output_dir``; returns dropped keys.
+
+    Writes config.json, model.safetensors and, where the source has one, preprocessor_config.json.
+    The folder appears complete or not at all.
+    """
+    config_dict = load_config_dict(source, **hub_kwargs)
+    converter = find_converter(target_model_type, config_dict.get("model_type"))
+    if converter is None:
+        raise ValueError(
+            f"{source} holds a checkpoint of model_type {config_dict.get('model_type')!r}; "
+            f"{target_model_type} converts {convertible_sources(target_model_type)}"
+        )
+    state_dict = load_state_dict(source, **hub_kwargs)
+    new_config = converter.convert_config(config_dict, converter.has_pooler(state_dict))
+    new_state_dict, dropped = converter.convert_state_dict(state_dict)
+    if dropped:
+        logger.warning("conversion of %s dropped %d keys it has no use for: %s", source, len(dropped), dropped)
+    with atomic_directory(output_dir, overwrite=overwrite) as staging:
+        save_safetensors(new_state_dict, staging / "model.safetensors")
+        with open(staging / "config.json", "w") as handle:
+            json.dump(new_config, handle, indent=2, sort_keys=True)
+        _copy_processor_config(source, staging, converter.PROCESSOR_TYPE, hub_kwargs)
+    return dropped
+
+
+def _copy_processor_config(
+    source: str | os.PathLike, staging: os.PathLike, processor_type: str, hub_kwargs: dict[str, Any]
+) -> None:
+    from transformers.utils import cached_file
+
+    file = cached_file(source, "preprocessor_config.json", _raise_exceptions_for_missing_entries=False, **hub_kwargs)
+    if file is None:
+        return
+    with open(file) as handle:
+        processor = json.load(handle)
+    # Older checkpoints name a feature extractor; the hf_xcv processor takes the same arguments.
+    processor.pop("feature_extractor_type", None)
+    processor["image_processor_type"] = processor_type
+    with open(os.path.join(staging, "preprocessor_config.json"), "w") as handle:
+        json.dump(processor, handle, indent=2, sort_keys=True)
+
+
+__all__ = [
+    "CONVERTERS",
+    "HUB_KWARGS",
+    "CorruptCheckpointError",
+    "atomic_directory",
+    "convert_checkpoint",
+    "convertible_sources",
+    "find_converter",
+    "find_corrupt_weights",
+    "load_config_dict",
+    "load_state_dict",
+    "read_weights_file",
+    "save_safetensors",
+    "split_hub_kwargs",
+]

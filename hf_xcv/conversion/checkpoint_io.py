@@ -1,0 +1,121 @@
+"""Reading and writing checkpoints safely: clear errors for corrupt files, atomic writes."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+from transformers.utils import cached_file
+
+# from_pretrained keyword arguments that locate files (on disk or on a Hub).
+HUB_KWARGS = ("cache_dir", "force_download", "local_files_only", "token", "revision", "subfolder", "proxies")
+
+_WEIGHT_FILES = (
+    "model.safetensors",
+    "model.safetensors.index.json",
+    "pytorch_model.bin",
+    "pytorch_model.bin.index.json",
+)
+
+
+class CorruptCheckpointError(ValueError):
+    """A weights file cannot be read: truncated, corrupt, or not a weights file at all."""
+
+
+def split_hub_kwargs(kwargs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(file-locating kwargs, everything else)."""
+    hub = {k: v for k, v in kwargs.items() if k in HUB_KWARGS}
+    rest = {k: v for k, v in kwargs.items() if k not in HUB_KWARGS}
+    return hub, rest
+
+
+def read_weights_file(path: str | os.PathLike) -> dict[str, torch.Tensor]:
+    """One safetensors or torch file -> state dict; CorruptCheckpointError naming the file otherwise."""
+    path = str(path)
+    try:
+        if path.endswith(".safetensors"):
+            return load_file(path)
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except (SafetensorError, RuntimeError, EOFError, OSError, ValueError) as err:
+        raise CorruptCheckpointError(f"weights file {path} is corrupt or truncated: {err}") from err
+
+
+def find_corrupt_weights(folder: str | os.PathLike) -> str | None:
+    """The first weights file in a local folder that does not open, with the reason; None if all open."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return None
+    for file in sorted(folder.glob("*.safetensors")) + sorted(folder.glob("*.bin")):
+        try:
+            read_weights_file(file)
+        except CorruptCheckpointError as err:
+            return str(err)
+    return None
+
+
+def load_state_dict(path_or_repo: str | os.PathLike, **hub_kwargs: Any) -> dict[str, torch.Tensor]:
+    """All tensors of a checkpoint (local folder or Hub repo), single-file or sharded."""
+    for name in _WEIGHT_FILES:
+        file = cached_file(path_or_repo, name, _raise_exceptions_for_missing_entries=False, **hub_kwargs)
+        if file is not None:
+            break
+    else:
+        raise OSError(f"no weights file ({', '.join(_WEIGHT_FILES)}) found in {path_or_repo}")
+    if not name.endswith(".index.json"):
+        return read_weights_file(file)
+    with open(file) as handle:
+        shards = sorted(set(json.load(handle)["weight_map"].values()))
+    state_dict: dict[str, torch.Tensor] = {}
+    for shard in shards:
+        state_dict.update(read_weights_file(cached_file(path_or_repo, shard, **hub_kwargs)))
+    return state_dict
+
+
+def load_config_dict(path_or_repo: str | os.PathLike, **hub_kwargs: Any) -> dict[str, Any]:
+    file = cached_file(path_or_repo, "config.json", _raise_exceptions_for_missing_entries=False, **hub_kwargs)
+    if file is None:
+        raise OSError(f"no config.json found in {path_or_repo}")
+    with open(file) as handle:
+        try:
+            return json.load(handle)
+        except json.JSONDecodeError as err:
+            raise CorruptCheckpointError(f"config file {file} is not valid JSON: {err}") from err
+
+
+@contextmanager
+def atomic_directory(target: str | os.PathLike, overwrite: bool = False) -> Iterator[Path]:
+    """Yield a temporary sibling folder; on success it replaces ``target`` in one rename.
+
+    An exception (or a kill) leaves ``target`` as it was: never a half-written checkpoint.
+    """
+    target = Path(target)
+    if target.exists() and any(target.iterdir()) and not overwrite:
+        raise FileExistsError(f"{target} exists and is not empty; pass overwrite to replace it")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
+    try:
+        yield staging
+        if target.exists():
+            trash = Path(tempfile.mkdtemp(prefix=f".{target.name}.old-", dir=target.parent))
+            os.replace(target, trash / "old")
+            os.replace(staging, target)
+            shutil.rmtree(trash, ignore_errors=True)
+        else:
+            os.replace(staging, target)
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging, ignore_errors=True)
+
+
+def save_safetensors(state_dict: dict[str, torch.Tensor], path: str | os.PathLike) -> None:
+    """Write a contiguous copy of every tensor as safetensors with the ``pt`` format tag."""
+    save_file({k: v.detach().contiguous() for k, v in state_dict.items()}, str(path), metadata={"format": "pt"})

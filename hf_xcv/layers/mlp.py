@@ -1,0 +1,31 @@
+"""Feed-forward blocks."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from transformers.activations import ACT2FN
+
+
+class Mlp(nn.Module):
+    """Linear -> activation -> dropout -> Linear -> dropout, the transformer feed-forward block."""
+
+    def __init__(
+        self,
+        in_features: int,
+        hidden_features: int,
+        out_features: int | None = None,
+        act: str = "gelu",
+        dropout: float = 0.0,
+        bias: bool = True,
+    ):
+        super().__init__()
+        if act not in ACT2FN:
+            raise ValueError(f"activation {act!r} is unknown; allowed values: {sorted(ACT2FN)}")
+        self.fc1 = nn.Linear(in_features, hidden_features, bias=bias)
+        self.act = ACT2FN[act]
+        self.fc2 = nn.Linear(hidden_features, out_features or in_features, bias=bias)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.dropout(self.fc2(self.dropout(self.act(self.fc1(x)))))

@@ -1,0 +1,119 @@
+"""The base class of every hf_xcv model: strict, explicit checkpoint loading.
+
+transformers' ``from_pretrained`` fills missing weights with random values and drops unknown ones
+with a warning. For hf_xcv that would hide a broken or mismatched checkpoint, so loading here
+
+* converts checkpoints of other libraries' model types (e.g. transformers' ``vit``) on load,
+* refuses checkpoints of a model type it cannot take, naming both types,
+* raises when a backbone weight is missing or left over (a task head may be missing: that is how
+  fine-tuning starts from a backbone checkpoint; a head of another task may be left over),
+* turns a truncated or corrupt weights file into an error naming the file.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+from typing import Any, ClassVar
+
+from safetensors import SafetensorError
+from transformers import PreTrainedModel
+
+from .conversion import (
+    CorruptCheckpointError,
+    convert_checkpoint,
+    convertible_sources,
+    find_converter,
+    find_corrupt_weights,
+    load_config_dict,
+    split_hub_kwargs,
+)
+
+logger = logging.getLogger(__name__)
+
+_LISTED_KEYS = 8  # how many offending keys an error message shows
+
+
+def _show(keys: list[str]) -> str:
+    keys = sorted(keys)
+    more = f" and {len(keys) - _LISTED_KEYS} more" if len(keys) > _LISTED_KEYS else ""
+    return ", ".join(keys[:_LISTED_KEYS]) + more
+
+
+class XcvPreTrainedModel(PreTrainedModel):
+    """PreTrainedModel with conversion on load and strict weight checks (see the module docstring)."""
+
+    # Top-level modules of task heads across a family (e.g. "classifier"): their weights may be
+    # missing from a checkpoint (a new head) or left over (a head this class does not have).
+    _task_head_modules: ClassVar[tuple[str, ...]] = ()
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path: str | os.PathLike | None, *model_args: Any, **kwargs: Any):
+        config = kwargs.get("config")
+        if pretrained_model_name_or_path is None or (config is not None and not isinstance(config, (str, os.PathLike))):
+            return cls._load_checked(pretrained_model_name_or_path, *model_args, **kwargs)
+        hub_kwargs, _ = split_hub_kwargs(kwargs)
+        try:
+            source_type = load_config_dict(config or pretrained_model_name_or_path, **hub_kwargs).get("model_type")
+        except OSError:
+            source_type = None  # no config: transformers' own loading gives its usual error
+        target_type = cls.config_class.model_type
+        if source_type is None or source_type == target_type:
+            return cls._load_checked(pretrained_model_name_or_path, *model_args, **kwargs)
+        if find_converter(target_type, source_type) is None:
+            raise ValueError(
+                f"{pretrained_model_name_or_path} holds a checkpoint of model_type {source_type!r}; "
+                f"{cls.__name__} loads {target_type!r} checkpoints and converts {convertible_sources(target_type)}"
+            )
+        return cls._load_converted(pretrained_model_name_or_path, *model_args, **kwargs)
+
+    @classmethod
+    def _load_converted(cls, source: str | os.PathLike, *model_args: Any, **kwargs: Any):
+        hub_kwargs, rest = split_hub_kwargs(kwargs)
+        rest.pop("config", None)
+        with tempfile.TemporaryDirectory(prefix="hf_xcv-convert-") as tmp:
+            converted = os.path.join(tmp, "converted")
+            convert_checkpoint(source, converted, cls.config_class.model_type, **hub_kwargs)
+            result = cls._load_checked(converted, *model_args, **rest)
+        model = result[0] if isinstance(result, tuple) else result
+        model.config._name_or_path = str(source)
+        model.name_or_path = str(source)
+        return result
+
+    @classmethod
+    def _load_checked(cls, path: str | os.PathLike | None, *model_args: Any, **kwargs: Any):
+        want_info = kwargs.pop("output_loading_info", False)
+        try:
+            model, info = super().from_pretrained(path, *model_args, output_loading_info=True, **kwargs)
+        except SafetensorError as err:
+            detail = find_corrupt_weights(path) if path is not None else None
+            raise CorruptCheckpointError(detail or f"a weights file of {path} is corrupt or truncated: {err}") from err
+        except RuntimeError as err:
+            if "ignore_mismatched_sizes" not in str(err):
+                raise
+            raise ValueError(
+                f"checkpoint {path} has weights whose shapes do not match its config (see the load report above); "
+                "pass ignore_mismatched_sizes=True only to re-initialise a task head on purpose"
+            ) from err
+        model._check_loading_info(info, path)
+        return (model, info) if want_info else model
+
+    def _is_head_key(self, key: str) -> bool:
+        prefix = self.base_model_prefix + "."
+        key = key[len(prefix) :] if key.startswith(prefix) else key
+        return key.split(".", 1)[0] in self._task_head_modules
+
+    def _check_loading_info(self, info: dict[str, Any], path: Any) -> None:
+        missing = [k for k in info.get("missing_keys", ()) if not self._is_head_key(k)]
+        if missing:
+            raise ValueError(f"checkpoint {path} is missing {len(missing)} weights of the model: {_show(missing)}")
+        unexpected = [k for k in info.get("unexpected_keys", ()) if not self._is_head_key(k)]
+        if unexpected:
+            raise ValueError(
+                f"checkpoint {path} has {len(unexpected)} weights the model does not have "
+                f"(another architecture or size?): {_show(unexpected)}"
+            )
+        new_head = sorted(info.get("missing_keys", ()))
+        if new_head:
+            logger.warning("newly initialised task-head weights (train before use): %s", _show(list(new_head)))

@@ -1,0 +1,47 @@
+"""ViT image processor: resize, optional center crop, rescale, normalize. Pure PIL/numpy, no torchvision."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from transformers.image_processing_backends import PilBackend
+from transformers.image_processing_utils import BatchFeature
+from transformers.image_utils import IMAGENET_STANDARD_MEAN, IMAGENET_STANDARD_STD, PILImageResampling
+
+from ...processing import prepare_images
+
+
+class ViTImageProcessor(PilBackend):
+    """Takes the constructor arguments of transformers' ``ViTImageProcessor``.
+
+    Args (all optional, also accepted per call):
+        do_resize / size: resize to ``{"height", "width"}`` (or ``{"shortest_edge"}``).
+        resample: PIL resampling filter (bilinear by default, as transformers' ViT).
+        do_center_crop / crop_size: center crop to ``{"height", "width"}`` after resizing.
+        do_rescale / rescale_factor: multiply by 1/255 by default.
+        do_normalize / image_mean / image_std: per-channel normalisation (0.5, 0.5, 0.5 by default).
+        do_convert_rgb: grayscale -> 3 channels, RGBA -> RGB (default True).
+
+    Accepts PIL images, numpy arrays (HW, HWC or CHW) and torch tensors, one image or a batch;
+    anything else raises a ValueError that says what it got.
+    """
+
+    model_input_names = ["pixel_values"]
+    resample = PILImageResampling.BILINEAR
+    image_mean = IMAGENET_STANDARD_MEAN
+    image_std = IMAGENET_STANDARD_STD
+    size = {"height": 224, "width": 224}
+    crop_size = {"height": 224, "width": 224}
+    do_resize = True
+    do_center_crop = False
+    do_rescale = True
+    do_normalize = True
+    do_convert_rgb = True
+
+    def preprocess(self, images: Any, *args: Any, **kwargs: Any) -> BatchFeature:
+        to_rgb = kwargs.pop("do_convert_rgb", None)
+        to_rgb = self.do_convert_rgb if to_rgb is None else to_rgb
+        data_format = kwargs.pop("input_data_format", None)
+        data_format = getattr(data_format, "value", data_format)
+        arrays = prepare_images(images, to_rgb=bool(to_rgb), data_format=data_format)
+        return super().preprocess(arrays, *args, input_data_format="channels_first", do_convert_rgb=False, **kwargs)

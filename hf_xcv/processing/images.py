@@ -1,0 +1,103 @@
+"""Turn whatever a user passes as "images" into a list of channels-first numpy arrays, or say why not.
+
+Accepted: PIL images, numpy arrays and torch tensors, one image or a batch (a list/tuple, or a
+4-D array/tensor). Arrays may be (H, W), (H, W, C) or (C, H, W) with C in {1, 3, 4}. With
+``to_rgb``, grayscale is repeated to three channels and an alpha channel is dropped (as PIL's
+``convert("RGB")`` does).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import PIL.Image
+import torch
+
+_CHANNEL_COUNTS = (1, 3, 4)
+
+
+def _describe(obj: Any) -> str:
+    if isinstance(obj, (np.ndarray, torch.Tensor)):
+        return f"{type(obj).__name__} of shape {tuple(obj.shape)}"
+    return type(obj).__name__
+
+
+def _split_batch(images: Any) -> list[Any]:
+    """One image or a batch -> a list of single images."""
+    if isinstance(images, (list, tuple)):
+        if len(images) == 0:
+            raise ValueError("no images given: got an empty list")
+        return list(images)
+    if isinstance(images, (np.ndarray, torch.Tensor)) and images.ndim == 4:
+        if images.shape[0] == 0:
+            raise ValueError(f"no images given: got a batch {_describe(images)}")
+        return list(images)
+    return [images]
+
+
+def _pil_to_array(image: PIL.Image.Image, to_rgb: bool) -> np.ndarray:
+    if image.width == 0 or image.height == 0:
+        raise ValueError(f"got an empty image of size {image.width}x{image.height}")
+    if to_rgb and image.mode != "RGB":
+        image = image.convert("RGB")
+    array = np.asarray(image)
+    return array[None] if array.ndim == 2 else np.moveaxis(array, -1, 0)  # (C, H, W)
+
+
+def _channels_first(array: np.ndarray, data_format: str | None) -> np.ndarray:
+    """(H, W) / (H, W, C) / (C, H, W) -> (C, H, W)."""
+    if array.ndim == 2:
+        return array[None]
+    if array.ndim != 3:
+        raise ValueError(
+            f"an image must have 2 dimensions (H, W) or 3 (H, W, C) or (C, H, W); got shape {tuple(array.shape)}"
+        )
+    if data_format in ("channels_first", "channels_last"):
+        first = data_format == "channels_first"
+    elif array.shape[0] in _CHANNEL_COUNTS:
+        first = True
+    elif array.shape[-1] in _CHANNEL_COUNTS:
+        first = False
+    else:
+        raise ValueError(
+            f"cannot find the channel axis of an image of shape {tuple(array.shape)}: "
+            f"expected {_CHANNEL_COUNTS} channels first or last"
+        )
+    return array if first else np.moveaxis(array, -1, 0)
+
+
+def _to_rgb(array: np.ndarray) -> np.ndarray:
+    channels = array.shape[0]
+    if channels == 1:
+        return np.repeat(array, 3, axis=0)
+    if channels == 4:
+        return array[:3]
+    return array
+
+
+def prepare_image(image: Any, to_rgb: bool = True, data_format: str | None = None) -> np.ndarray:
+    """One image -> (C, H, W) numpy array."""
+    if isinstance(image, PIL.Image.Image):
+        return _pil_to_array(image, to_rgb)
+    if isinstance(image, torch.Tensor):
+        image = image.detach().cpu()
+        image = image.float().numpy() if image.dtype == torch.bfloat16 else image.numpy()
+    if not isinstance(image, np.ndarray):
+        raise ValueError(f"expected a PIL image, numpy array or torch tensor, got {_describe(image)}")
+    array = _channels_first(image, data_format)
+    channels, height, width = array.shape
+    if height == 0 or width == 0:
+        raise ValueError(f"got an empty image of shape {tuple(image.shape)}")
+    if channels not in _CHANNEL_COUNTS:
+        raise ValueError(f"an image must have 1, 3 or 4 channels, got {channels} (shape {tuple(image.shape)})")
+    if array.dtype == bool:
+        array = array.astype(np.uint8) * 255
+    return _to_rgb(array) if to_rgb else array
+
+
+def prepare_images(images: Any, to_rgb: bool = True, data_format: str | None = None) -> list[np.ndarray]:
+    """One image or a batch -> list of (C, H, W) numpy arrays; ValueError naming what was wrong."""
+    if images is None:
+        raise ValueError("no images given: got None")
+    return [prepare_image(image, to_rgb, data_format) for image in _split_batch(images)]
