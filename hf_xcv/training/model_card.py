@@ -1,0 +1,108 @@
+"""Model cards with YAML metadata and a model-index of measured results, via huggingface_hub's ModelCard."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from huggingface_hub import EvalResult, ModelCard, ModelCardData
+
+_CONFIG_FIELDS = (
+    "image_size", "patch_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+    "intermediate_size", "pooling", "attention_type",
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class MeasuredResult:
+    """One number for the model-index: a metric on one split of one dataset."""
+
+    metric: str  # e.g. "accuracy"
+    value: float
+    split: str  # e.g. "test"
+
+
+def _versions() -> list[tuple[str, str]]:
+    import accelerate
+    import datasets
+    import torch
+    import transformers
+
+    import hf_xcv
+
+    return [
+        ("hf_xcv", hf_xcv.__version__),
+        ("transformers", transformers.__version__),
+        ("torch", torch.__version__),
+        ("accelerate", accelerate.__version__),
+        ("datasets", datasets.__version__),
+    ]
+
+
+def build_model_card(
+    template_path: str | os.PathLike,
+    model: Any,
+    *,
+    repo_id: str,
+    dataset_id: str,
+    dataset_name: str,
+    results: Sequence[MeasuredResult],
+    hyperparameters: Mapping[str, Any],
+    command: str,
+    task_type: str = "image-classification",
+    pipeline_tag: str = "image-classification",
+    license: str = "apache-2.0",
+) -> ModelCard:
+    """Render ``template_path`` with the model's facts and a model-index of ``results``."""
+    if not results:
+        raise ValueError("a model card needs at least one measured result")
+    for result in results:
+        if result.value is None or result.value != result.value:  # None or NaN
+            raise ValueError(f"result {result.metric} on {result.split} has no value")
+    config = model.config
+    model_name = repo_id.split("/")[-1]
+    card_data = ModelCardData(
+        model_name=model_name,
+        library_name="transformers",
+        pipeline_tag=pipeline_tag,
+        license=license,
+        tags=["hf_xcv", config.model_type, task_type, "vision"],
+        datasets=[dataset_id],
+        metrics=sorted({r.metric for r in results}),
+        eval_results=[
+            EvalResult(
+                task_type=task_type,
+                dataset_type=dataset_id,
+                dataset_name=dataset_name,
+                dataset_split=r.split,
+                metric_type=r.metric,
+                metric_value=float(r.value),
+            )
+            for r in results
+        ],
+    )
+    return ModelCard.from_template(
+        card_data,
+        template_path=str(template_path),
+        model_name=model_name,
+        repo_id=repo_id,
+        architecture=type(model).__name__,
+        model_type=config.model_type,
+        num_parameters=f"{model.num_parameters():,}",
+        dataset_name=dataset_name,
+        dataset_split=results[0].split,
+        results=[{"split": r.split, "metric": r.metric, "value": f"{r.value:.4f}"} for r in results],
+        config_rows=[(key, getattr(config, key)) for key in _CONFIG_FIELDS if hasattr(config, key)],
+        hyperparameters=list(hyperparameters.items()),
+        command=command,
+        versions=_versions(),
+    )
+
+
+def write_model_card(card: ModelCard, folder: str | os.PathLike) -> Path:
+    path = Path(folder) / "README.md"
+    card.save(str(path))
+    return path
