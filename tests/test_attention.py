@@ -1,0 +1,187 @@
+"""The attention registry: the `full` entry against a float64 reference, masks, capabilities, errors."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from hf_xcv.attention import (
+    AttentionCore,
+    AttentionOutput,
+    Capabilities,
+    MultiHeadAttention,
+    attention_kwarg_defaults,
+    available_attention_types,
+    build_attention,
+    capability_table,
+    check_capabilities,
+    register_attention,
+    validate_attention_kwargs,
+)
+from hf_xcv.attention import registry as registry_module
+
+
+def reference_attention(q, k, v, keep=None):
+    """Plain softmax attention written out with loops over nothing clever: the float64 oracle."""
+    scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
+    if keep is not None:
+        scores = scores.masked_fill(~keep, float("-inf"))
+    probs = torch.softmax(scores, dim=-1)
+    probs = torch.nan_to_num(probs, nan=0.0)  # a fully masked row attends to nothing
+    return probs @ v, probs
+
+
+class _Owner(torch.nn.Module):
+    """Stands in for a model's attention layer: carries the config that picks the backend."""
+
+    def __init__(self, implementation: str):
+        super().__init__()
+        self.config = type("Cfg", (), {"_attn_implementation": implementation})()
+        self.is_causal = False
+
+
+def qkv(batch=2, heads=3, q_len=5, kv_len=5, dim=8, dtype=torch.float64):
+    g = torch.Generator().manual_seed(0)
+    return (torch.randn(batch, heads, n, dim, generator=g, dtype=dtype) for n in (q_len, kv_len, kv_len))
+
+
+@pytest.mark.parametrize("implementation", ["eager", "sdpa"])
+@pytest.mark.parametrize("case", ["plain", "padding", "causal", "causal+padding", "cross"])
+def test_full_matches_the_float64_reference(implementation, case):
+    q_len, kv_len = (4, 7) if case == "cross" else (6, 6)
+    q, k, v = qkv(q_len=q_len, kv_len=kv_len)
+    keep = None
+    if "padding" in case:
+        keep = torch.ones(2, 1, 1, kv_len, dtype=torch.bool)
+        keep[0, ..., -2:] = False
+    causal = "causal" in case
+    core = build_attention("full", num_heads=3, head_dim=8)
+    out = core(q, k, v, attention_mask=keep, causal=causal, module=_Owner(implementation))
+    full_keep = keep
+    if causal:
+        tri = torch.ones(q_len, kv_len, dtype=torch.bool).tril()
+        full_keep = tri if keep is None else keep & tri
+    expected, _ = reference_attention(q, k, v, full_keep)
+    assert out.values.shape == q.shape[:3] + (8,)
+    torch.testing.assert_close(out.values, expected, atol=1e-10, rtol=1e-10)
+
+
+def test_full_returns_weights_that_match_the_reference():
+    q, k, v = qkv()
+    out = build_attention("full", num_heads=3, head_dim=8)(q, k, v, output_weights=True, module=_Owner("sdpa"))
+    _, probs = reference_attention(q, k, v)
+    torch.testing.assert_close(out.weights, probs, atol=1e-10, rtol=1e-10)
+
+
+@pytest.mark.parametrize("implementation", ["eager", "sdpa"])
+def test_a_fully_masked_query_row_gives_zeros_not_nan(implementation):
+    q, k, v = qkv(batch=1, q_len=3, kv_len=4)
+    keep = torch.ones(1, 1, 3, 4, dtype=torch.bool)
+    keep[..., 1, :] = False
+    out = build_attention("full", num_heads=3, head_dim=8)(q, k, v, attention_mask=keep, module=_Owner(implementation))
+    assert torch.isfinite(out.values).all()
+    assert torch.equal(out.values[:, :, 1], torch.zeros_like(out.values[:, :, 1]))
+
+
+@pytest.mark.parametrize("implementation", ["eager", "sdpa"])
+def test_causal_attention_leaks_nothing_from_the_future(implementation):
+    q, k, v = qkv(batch=1, q_len=6, kv_len=6)
+    core = build_attention("full", num_heads=3, head_dim=8)
+    before = core(q, k, v, causal=True, module=_Owner(implementation)).values
+    k2, v2 = k.clone(), v.clone()
+    k2[:, :, 4:] += 5.0
+    v2[:, :, 4:] -= 3.0
+    after = core(q, k2, v2, causal=True, module=_Owner(implementation)).values
+    torch.testing.assert_close(before[:, :, :4], after[:, :, :4], atol=0, rtol=0)
+    assert not torch.allclose(before[:, :, 4:], after[:, :, 4:])
+
+
+def test_causal_with_more_keys_than_queries_aligns_queries_with_the_last_keys():
+    q, k, v = qkv(batch=1, q_len=2, kv_len=5)
+    out = build_attention("full", num_heads=3, head_dim=8)(q, k, v, causal=True, module=_Owner("sdpa"))
+    keep = torch.tensor([[True, True, True, True, False], [True] * 5])
+    expected, _ = reference_attention(q, k, v, keep)
+    torch.testing.assert_close(out.values, expected, atol=1e-10, rtol=1e-10)
+
+
+def test_a_float_mask_is_rejected_with_a_clear_error():
+    q, k, v = qkv()
+    with pytest.raises(ValueError, match="boolean keep mask"):
+        build_attention("full", num_heads=3, head_dim=8)(q, k, v, attention_mask=torch.zeros(1, 1, 5, 5))
+
+
+def test_unknown_attention_type_lists_the_registered_ones():
+    with pytest.raises(ValueError, match=r"attention_type='nope'.*allowed values: \['full'"):
+        build_attention("nope", num_heads=2, head_dim=4)
+
+
+def test_unknown_attention_kwargs_are_rejected_not_dropped():
+    with pytest.raises(ValueError, match=r"\['window'\].*accepted keys: none"):
+        build_attention("full", num_heads=2, head_dim=4, window=3)
+    with pytest.raises(ValueError, match="window"):
+        validate_attention_kwargs("full", {"window": 3})
+
+
+@pytest.fixture
+def limited_entry():
+    """A registry entry that can do nothing special, registered only for the test."""
+
+    @register_attention
+    class Limited(AttentionCore):
+        name = "limited-for-test"
+        capabilities = Capabilities(needs_grid=True)
+
+        def __init__(self, num_heads: int, head_dim: int, block: int = 4):
+            super().__init__(num_heads, head_dim)
+            self.block = block
+
+        def forward(self, q, k, v, attention_mask=None, causal=False, grid=None, state=None, **kwargs):
+            return AttentionOutput(v)
+
+    yield Limited
+    del registry_module._REGISTRY["limited-for-test"]
+
+
+def test_capability_mismatch_lists_every_reason(limited_entry):
+    with pytest.raises(ValueError) as info:
+        check_capabilities(
+            "limited-for-test", padding_mask=True, causal=True, cross_attention=True, returns_weights=True
+        )
+    message = str(info.value)
+    for reason in ("padding mask", "causal", "cross-attention", "returning attention weights", "2-D token grid"):
+        assert reason in message
+
+
+def test_a_layer_refuses_what_its_core_cannot_serve(limited_entry):
+    layer = MultiHeadAttention(8, 2, attention_type="limited-for-test")
+    x = torch.randn(1, 4, 8)
+    with pytest.raises(ValueError, match="causal"):
+        layer(x, causal=True, grid=(2, 2))
+    assert layer(x, grid=(2, 2))[0].shape == x.shape
+
+
+def test_entry_kwargs_are_discovered_from_the_constructor(limited_entry):
+    assert attention_kwarg_defaults("limited-for-test") == {"block": 4}
+    assert build_attention("limited-for-test", num_heads=2, head_dim=4, block=8).block == 8
+    assert "limited-for-test" in available_attention_types()
+    row = next(r for r in capability_table() if r["name"] == "limited-for-test")
+    assert row["needs_grid"] and not row["causal"]
+
+
+def test_registering_a_second_class_under_a_taken_name_fails():
+    with pytest.raises(ValueError, match="already registered"):
+
+        @register_attention
+        class Impostor(AttentionCore):
+            name = "full"
+
+
+def test_multi_head_attention_layer_cross_attention_shapes():
+    layer = MultiHeadAttention(16, 4, kv_size=12)
+    out, weights, _ = layer(torch.randn(2, 3, 16), key_value_states=torch.randn(2, 7, 12), output_attentions=True)
+    assert out.shape == (2, 3, 16)
+    assert weights.shape == (2, 4, 3, 7)
+    with pytest.raises(ValueError, match="not divisible"):
+        MultiHeadAttention(10, 4)

@@ -1,0 +1,168 @@
+"""Registry-driven checks: every model type in hf_xcv.MODEL_TYPES, and every attention entry inside it.
+
+Registering a model type (with a test preset) or an attention entry adds it here without new code.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import AutoConfig, AutoModel, AutoModelForImageClassification
+
+import hf_xcv
+from hf_xcv import MODEL_TYPES, preset_config
+from hf_xcv.attention import available_attention_types
+from hf_xcv.layers import to_pair
+
+AUTO_CLASSES = {"AutoModelForImageClassification": AutoModelForImageClassification}
+MODEL_CASES = [
+    (model_type, cls) for model_type, entry in MODEL_TYPES.items() for cls in [entry.base_model, *entry.heads.values()]
+]
+
+
+def case_id(case) -> str:
+    return f"{case[0]}-{case[1].__name__}"
+
+
+def tiny_config(model_type: str, **overrides):
+    return preset_config(MODEL_TYPES[model_type].test_preset, num_labels=3, **overrides)
+
+
+def make_inputs(model, batch: int = 2, labels: bool = True) -> dict[str, torch.Tensor]:
+    config = model.config
+    height, width = to_pair(config.image_size)
+    inputs = {model.main_input_name: torch.randn(batch, config.num_channels, height, width)}
+    if labels and hasattr(model, "num_labels"):
+        inputs["labels"] = torch.randint(0, config.num_labels, (batch,))
+    return inputs
+
+
+def main_output(outputs) -> torch.Tensor:
+    return outputs.logits if hasattr(outputs, "logits") else outputs.last_hidden_state
+
+
+@pytest.fixture(params=MODEL_CASES, ids=case_id)
+def model_case(request):
+    model_type, cls = request.param
+    return model_type, cls
+
+
+def test_every_model_type_has_a_test_preset():
+    for model_type, entry in MODEL_TYPES.items():
+        assert entry.test_preset in hf_xcv.PRESETS, model_type
+        assert hf_xcv.PRESETS[entry.test_preset].model_type == model_type
+
+
+def test_forward_backward_every_parameter_gets_a_gradient(model_case):
+    model_type, cls = model_case
+    model = cls(tiny_config(model_type)).train()
+    outputs = model(**make_inputs(model))
+    loss = outputs.loss if getattr(outputs, "loss", None) is not None else main_output(outputs).square().mean()
+    assert torch.isfinite(loss)
+    loss.backward()
+    for name, param in model.named_parameters():
+        assert param.grad is not None, f"{name} got no gradient"
+        assert torch.isfinite(param.grad).all(), f"{name} has a non-finite gradient"
+    assert torch.isfinite(main_output(outputs)).all()
+
+
+def test_save_load_round_trip_is_exact(model_case, tmp_path):
+    model_type, cls = model_case
+    model = cls(tiny_config(model_type)).eval()
+    inputs = make_inputs(model, labels=False)
+    model.save_pretrained(tmp_path)
+    reloaded = cls.from_pretrained(tmp_path).eval()
+    with torch.no_grad():
+        assert torch.equal(main_output(model(**inputs)), main_output(reloaded(**inputs)))
+    assert reloaded.config.to_diff_dict() == model.config.to_diff_dict()
+
+
+def test_auto_classes_round_trip(model_case, tmp_path):
+    model_type, cls = model_case
+    entry = MODEL_TYPES[model_type]
+    model = cls(tiny_config(model_type)).eval()
+    model.save_pretrained(tmp_path)
+    assert type(AutoConfig.from_pretrained(tmp_path)) is entry.config
+    auto = AutoModel if cls is entry.base_model else AUTO_CLASSES[next(k for k, v in entry.heads.items() if v is cls)]
+    loaded = auto.from_pretrained(tmp_path).eval()
+    assert type(loaded) is cls
+    inputs = make_inputs(model, labels=False)
+    with torch.no_grad():
+        assert torch.equal(main_output(model(**inputs)), main_output(loaded(**inputs)))
+    assert type(AutoModel.from_config(model.config)) is entry.base_model
+
+
+def test_eager_and_sdpa_agree(model_case):
+    model_type, cls = model_case
+    model = cls(tiny_config(model_type)).eval()
+    inputs = make_inputs(model, labels=False)
+    with torch.no_grad():
+        model.set_attn_implementation("sdpa")
+        sdpa = main_output(model(**inputs))
+        model.set_attn_implementation("eager")
+        eager = main_output(model(**inputs))
+    torch.testing.assert_close(sdpa, eager, atol=1e-5, rtol=1e-5)
+
+
+def test_gradient_checkpointing_gives_the_same_gradients(model_case):
+    model_type, cls = model_case
+    torch.manual_seed(0)
+    plain = cls(tiny_config(model_type)).train()
+    checkpointed = cls(tiny_config(model_type)).train()
+    checkpointed.load_state_dict(plain.state_dict())
+    enable = (
+        getattr(checkpointed, "activation_checkpointing_enable", None) or checkpointed.gradient_checkpointing_enable
+    )
+    enable()
+    assert any(getattr(m, "gradient_checkpointing", False) for m in checkpointed.modules())
+    inputs = make_inputs(plain)
+    for model in (plain, checkpointed):
+        out = model(**inputs)
+        (out.loss if getattr(out, "loss", None) is not None else main_output(out).sum()).backward()
+    for (name, a), (_, b) in zip(plain.named_parameters(), checkpointed.named_parameters()):
+        torch.testing.assert_close(a.grad, b.grad, atol=1e-6, rtol=1e-5, msg=name)
+
+
+def test_output_hidden_states_attentions_and_tuples(model_case):
+    model_type, cls = model_case
+    config = tiny_config(model_type)
+    model = cls(config).eval()
+    inputs = make_inputs(model, labels=False)
+    with torch.no_grad():
+        out = model(**inputs, output_hidden_states=True, output_attentions=True)
+        as_tuple = model(**inputs, return_dict=False)
+    assert len(out.hidden_states) == config.num_hidden_layers + 1
+    assert len(out.attentions) == config.num_hidden_layers
+    weights = out.attentions[0]
+    assert weights.shape[:2] == (2, config.num_attention_heads)
+    torch.testing.assert_close(weights.sum(-1), torch.ones_like(weights.sum(-1)))
+    assert isinstance(as_tuple, tuple)
+    # the tuple call ran sdpa, the other eager (for the weights): equal up to rounding
+    torch.testing.assert_close(as_tuple[0], main_output(out), atol=1e-5, rtol=1e-5)
+
+
+def test_no_split_modules_and_gradient_checkpointing_are_declared(model_case):
+    model_type, cls = model_case
+    model = cls(tiny_config(model_type))
+    names = {type(m).__name__ for m in model.modules()}
+    assert model._no_split_modules and set(model._no_split_modules) <= names
+    assert model.supports_gradient_checkpointing
+
+
+@pytest.mark.parametrize("attention_type", available_attention_types())
+@pytest.mark.parametrize("model_type", list(MODEL_TYPES))
+def test_every_attention_entry_trains_saves_and_reloads_in_every_model(model_type, attention_type, tmp_path):
+    """Every registry entry runs inside every model type: trains, saves, reloads to the same outputs."""
+    entry = MODEL_TYPES[model_type]
+    head = next(iter(entry.heads.values()))
+    model = head(tiny_config(model_type, attention_type=attention_type)).train()
+    out = model(**make_inputs(model))
+    out.loss.backward()
+    missing = [n for n, p in model.named_parameters() if p.grad is None]
+    assert not missing, f"no gradient for {missing}"
+    model.eval().save_pretrained(tmp_path)
+    reloaded = AutoModelForImageClassification.from_pretrained(tmp_path).eval()
+    assert reloaded.config.attention_type == attention_type
+    inputs = make_inputs(model, labels=False)
+    with torch.no_grad():
+        assert torch.equal(model(**inputs).logits, reloaded(**inputs).logits)

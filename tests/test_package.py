@@ -1,0 +1,96 @@
+"""The package itself: registration on import, no network, Auto classes in a fresh process."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import PIL.Image
+import torch
+
+import hf_xcv
+
+NO_NETWORK = """
+import socket
+def refuse(*args, **kwargs):
+    raise RuntimeError("network access attempted")
+socket.socket.connect = refuse
+socket.create_connection = refuse
+socket.getaddrinfo = refuse
+"""
+
+
+def run(code: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env, capture_output=True, text=True)
+
+
+def test_import_registers_everything_and_touches_no_network(subprocess_env):
+    result = run(
+        NO_NETWORK
+        + """
+import hf_xcv
+from transformers import AutoConfig, AutoModel, AutoModelForImageClassification
+from transformers.models.auto.image_processing_auto import IMAGE_PROCESSOR_MAPPING
+for model_type, entry in hf_xcv.MODEL_TYPES.items():
+    config = AutoConfig.for_model(model_type)
+    assert type(config) is entry.config
+    assert type(AutoModel.from_config(config)) is entry.base_model
+    assert type(AutoModelForImageClassification.from_config(config)) is entry.heads["AutoModelForImageClassification"]
+    assert IMAGE_PROCESSOR_MAPPING[entry.config]["pil"] is entry.image_processor
+print("ok")
+""",
+        subprocess_env,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip() == "ok"
+
+
+def test_auto_round_trip_in_a_fresh_process(tmp_path, subprocess_env):
+    config = hf_xcv.preset_config("vit-test-tiny", num_labels=3)
+    model = hf_xcv.ViTForImageClassification(config).eval()
+    processor = hf_xcv.ViTImageProcessor(size={"height": 16, "width": 16})
+    model.save_pretrained(tmp_path / "model")
+    processor.save_pretrained(tmp_path / "model")
+    image = PIL.Image.fromarray(np.random.default_rng(0).integers(0, 255, (16, 16, 3), dtype=np.uint8))
+    image.save(tmp_path / "image.png")
+    with torch.no_grad():
+        expected = model(processor(image, return_tensors="pt")["pixel_values"]).logits
+    result = run(
+        NO_NETWORK
+        + f"""
+import json, PIL.Image, torch
+import hf_xcv
+from transformers import AutoImageProcessor, AutoModelForImageClassification
+model = AutoModelForImageClassification.from_pretrained("{tmp_path / "model"}").eval()
+processor = AutoImageProcessor.from_pretrained("{tmp_path / "model"}")
+with torch.no_grad():
+    logits = model(processor(PIL.Image.open("{tmp_path / "image.png"}"), return_tensors="pt")["pixel_values"]).logits
+print(json.dumps({{"class": type(model).__name__, "logits": logits.tolist()}}))
+""",
+        subprocess_env,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    loaded = json.loads(result.stdout.strip().splitlines()[-1])
+    assert loaded["class"] == "ViTForImageClassification"
+    assert torch.equal(torch.tensor(loaded["logits"]), expected)
+
+
+def test_without_importing_hf_xcv_transformers_does_not_know_the_type(tmp_path, subprocess_env):
+    hf_xcv.ViTConfig().save_pretrained(tmp_path)
+    result = run(f'from transformers import AutoConfig; AutoConfig.from_pretrained("{tmp_path}")', subprocess_env)
+    assert result.returncode != 0 and "xcv_vit" in result.stderr
+
+
+def test_torch_requirement_admits_the_cpu_build_ci_installs():
+    from importlib.metadata import requires
+
+    from packaging.requirements import Requirement
+
+    requirements = [Requirement(r) for r in requires("hf_xcv")]
+    core = [r for r in requirements if r.marker is None]
+    torch_requirement = next(r for r in core if r.name == "torch")
+    assert "2.13.0" in torch_requirement.specifier
+    assert not any(r.name in ("torchvision", "timm") for r in core)

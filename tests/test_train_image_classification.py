@@ -1,0 +1,154 @@
+"""training/train_image_classification.py: runs, resumes exactly, runs data-parallel, guards its folder."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from safetensors.torch import load_file
+
+SCRIPT = Path(__file__).resolve().parents[1] / "training" / "train_image_classification.py"
+# Small and quick: 256 training images in batches of 32 = 8 batches an epoch.
+QUICK = [
+    "--max_train_samples", "256", "--per_device_train_batch_size", "32", "--eval_every_epochs", "0",
+    "--disable_tqdm", "--preset", "vit-test-tiny",
+]  # fmt: skip
+
+
+def run_script(args: list[str], env: dict[str, str], launcher: list[str] | None = None) -> subprocess.CompletedProcess:
+    command = (launcher or [sys.executable]) + [str(SCRIPT), *args]
+    return subprocess.run(command, env=env, capture_output=True, text=True)
+
+
+def check(result: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
+    return result
+
+
+@pytest.fixture(scope="module")
+def module_env(tmp_path_factory):
+    import os
+
+    env = dict(os.environ)
+    env["HF_HOME"] = str(tmp_path_factory.mktemp("hf-home"))
+    return env
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory, module_env):
+    out = tmp_path_factory.mktemp("runs") / "digits"
+    check(
+        run_script(
+            ["--output_dir", str(out), "--max_train_steps", "10", "--checkpointing_steps", "4", *QUICK], module_env
+        )
+    )
+    return out
+
+
+def test_a_run_leaves_a_hub_ready_folder_with_a_model_card(finished_run):
+    names = {p.name for p in finished_run.iterdir()}
+    assert {"config.json", "model.safetensors", "preprocessor_config.json", "README.md", "all_results.json"} <= names
+    assert not any(name.startswith(".final") for name in names)
+    results = json.loads((finished_run / "all_results.json").read_text())
+    assert results["world_size"] == 1 and results["completed_steps"] == 10
+    assert results["test"]["num_samples"] == 179
+    card = (finished_run / "README.md").read_text()
+    meta = yaml.safe_load(card.split("---")[1])
+    assert meta["library_name"] == "transformers" and meta["pipeline_tag"] == "image-classification"
+    assert "hf_xcv" in meta["tags"]
+    metrics = {m["type"]: m["value"] for m in meta["model-index"][0]["results"][0]["metrics"]}
+    assert metrics["accuracy"] == pytest.approx(results["test"]["accuracy"])
+    assert metrics["top5_accuracy"] == pytest.approx(results["test"]["top5_accuracy"])
+    checkpoints = finished_run / "checkpoints"
+    assert (checkpoints / "LATEST").read_text().strip() == "step-00000008"
+    assert sorted(p.name for p in checkpoints.iterdir() if p.is_dir()) == ["step-00000004", "step-00000008"]
+
+
+def test_refuses_a_folder_holding_a_run_unless_told(finished_run, module_env, tmp_path):
+    result = run_script(["--output_dir", str(finished_run), "--max_train_steps", "2", *QUICK], module_env)
+    assert result.returncode != 0 and "already holds a run" in result.stderr
+    stranger = tmp_path / "not-a-run"
+    stranger.mkdir()
+    (stranger / "thesis.tex").write_text("precious")
+    result = run_script(
+        ["--output_dir", str(stranger), "--overwrite_output_dir", "--max_train_steps", "2", *QUICK], module_env
+    )
+    assert result.returncode != 0 and "is not an hf_xcv run" in result.stderr
+    assert (stranger / "thesis.tex").read_text() == "precious"
+
+
+def test_overwrite_starts_afresh(module_env, tmp_path):
+    out = tmp_path / "run"
+    check(
+        run_script(
+            ["--output_dir", str(out), "--max_train_steps", "4", "--checkpointing_steps", "2", *QUICK], module_env
+        )
+    )
+    check(
+        run_script(["--output_dir", str(out), "--overwrite_output_dir", "--max_train_steps", "3", *QUICK], module_env)
+    )
+    assert json.loads((out / "all_results.json").read_text())["completed_steps"] == 3
+    assert not (out / "checkpoints" / "step-00000002").exists()
+
+
+def test_resumed_run_ends_with_the_weights_of_an_uninterrupted_one(module_env, tmp_path):
+    """Stop after 7 steps (checkpoints every 3: the last is step 6), resume to 12; crosses epoch boundaries,
+    with gradient accumulation, dropout and augmentation all drawing random numbers."""
+    common = [
+        "--max_train_steps", "12", "--checkpointing_steps", "3", "--gradient_accumulation_steps", "2",
+        "--per_device_train_batch_size", "16", "--max_train_samples", "160", "--max_shift", "2",
+        "--eval_every_epochs", "0", "--disable_tqdm", "--preset", "vit-test-tiny",
+        "--config_overrides", "hidden_dropout_prob=0.1,attention_probs_dropout_prob=0.1,drop_path_rate=0.2",
+    ]  # fmt: skip
+    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    check(run_script(["--output_dir", str(straight), *common], module_env))
+    check(run_script(["--output_dir", str(resumed), "--stop_after_steps", "7", *common], module_env))
+    assert not (resumed / "model.safetensors").exists()  # stopped like a killed run: no final model
+    assert (resumed / "checkpoints" / "LATEST").read_text().strip() == "step-00000006"
+    log = check(run_script(["--output_dir", str(resumed), "--resume_from_checkpoint", "latest", *common], module_env))
+    assert "resumed from" in log.stdout and "step 6" in log.stdout
+    assert json.loads((straight / "config.json").read_text())["drop_path_rate"] == 0.2
+    a, b = load_file(straight / "model.safetensors"), load_file(resumed / "model.safetensors")
+    assert a.keys() == b.keys()
+    for key in a:
+        assert torch.equal(a[key], b[key]), key
+
+
+def test_resume_without_a_checkpoint_says_so(module_env, tmp_path):
+    out = tmp_path / "empty"
+    result = run_script(["--output_dir", str(out), "--resume_from_checkpoint", "latest", *QUICK], module_env)
+    assert result.returncode != 0 and "no complete checkpoint" in result.stderr
+
+
+def test_two_process_data_parallel_run_on_cpu(module_env, tmp_path):
+    """`accelerate launch --multi_gpu --num_processes 2` starts two gloo processes on a CPU machine."""
+    out = tmp_path / "ddp"
+    launcher = [
+        sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
+        "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", "29533",
+    ]  # fmt: skip
+    check(run_script(["--output_dir", str(out), "--max_train_steps", "4", "--checkpointing_steps", "2", *QUICK],
+                     module_env, launcher))  # fmt: skip
+    results = json.loads((out / "all_results.json").read_text())
+    assert results["world_size"] == 2
+    assert results["test"]["num_samples"] == 179  # gathered from both processes, no duplicates
+    # every process saved its own random state into the checkpoint
+    assert {p.name for p in (out / "checkpoints" / "step-00000004").glob("random_states_*")} == {
+        "random_states_0.pkl",
+        "random_states_1.pkl",
+    }
+
+
+def test_bf16_mixed_precision_runs(module_env, tmp_path):
+    out = tmp_path / "bf16"
+    check(
+        run_script(
+            ["--output_dir", str(out), "--max_train_steps", "2", "--mixed_precision", "bf16", *QUICK], module_env
+        )
+    )
+    assert json.loads((out / "all_results.json").read_text())["completed_steps"] == 2
