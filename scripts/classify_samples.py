@@ -1,0 +1,57 @@
+"""Reload a trained folder in this (fresh) process through the Auto classes and classify held-out digits.
+
+    python scripts/classify_samples.py outputs/vit-digits [--min_accuracy 0.95]
+
+Prints the accuracy the model card records, the model's predictions for a few test images, and
+fails when the recorded test accuracy is below ``--min_accuracy``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import torch
+import yaml
+from transformers import AutoImageProcessor, AutoModelForImageClassification, pipeline
+
+import hf_xcv  # noqa: F401  (registers the hf_xcv model types)
+from hf_xcv.data import load_digits_dataset
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("folder", type=Path)
+    parser.add_argument("--samples", type=int, default=8)
+    parser.add_argument("--min_accuracy", type=float, default=0.0)
+    args = parser.parse_args()
+
+    model = AutoModelForImageClassification.from_pretrained(args.folder).eval()
+    processor = AutoImageProcessor.from_pretrained(args.folder)
+    print(
+        f"loaded {type(model).__name__} ({model.config.model_type}) and {type(processor).__name__} from {args.folder}"
+    )
+    meta = yaml.safe_load((args.folder / "README.md").read_text().split("---")[1])
+    recorded = {m["type"]: m["value"] for m in meta["model-index"][0]["results"][0]["metrics"]}
+    print(
+        f"model card: test accuracy {recorded['accuracy']:.4f}, top-5 {recorded.get('top5_accuracy', float('nan')):.4f}"
+    )
+
+    test = load_digits_dataset()["test"]
+    images, labels = test["image"][: args.samples], test["label"][: args.samples]
+    with torch.no_grad():
+        logits = model(**processor(images, return_tensors="pt")).logits
+    predicted = [model.config.id2label[i] for i in logits.argmax(-1).tolist()]
+    print("true:     ", " ".join(str(label) for label in labels))
+    print("predicted:", " ".join(predicted))
+    top = pipeline("image-classification", model=model, image_processor=processor)(images[0], top_k=3)
+    print("pipeline on the first image:", ", ".join(f"{p['label']} ({p['score']:.3f})" for p in top))
+
+    results = json.loads((args.folder / "all_results.json").read_text())
+    if results["test"]["accuracy"] < args.min_accuracy:
+        raise SystemExit(f"test accuracy {results['test']['accuracy']:.4f} is below {args.min_accuracy}")
+
+
+if __name__ == "__main__":
+    main()
