@@ -114,6 +114,12 @@ class XcvPreTrainedModel(PreTrainedModel):
                 f"checkpoint {path} has {len(unexpected)} weights the model does not have "
                 f"(another architecture or size?): {_show(unexpected)}"
             )
-        new_head = sorted(info.get("missing_keys", ()))
+        mismatched = [k for k, *_ in info.get("mismatched_keys", ()) if not self._is_head_key(k)]
+        if mismatched:  # ignore_mismatched_sizes=True is for re-initialising a task head, not the backbone
+            raise ValueError(
+                f"checkpoint {path} has {len(mismatched)} backbone weights whose shapes do not match: "
+                f"{_show(mismatched)}"
+            )
+        new_head = sorted(info.get("missing_keys", ())) + sorted(k for k, *_ in info.get("mismatched_keys", ()))
         if new_head:
             logger.warning("newly initialised task-head weights (train before use): %s", _show(list(new_head)))

@@ -105,6 +105,16 @@ def test_shapes_that_do_not_match_the_config(saved):
         hf_xcv.ViTForImageClassification.from_pretrained(saved)
 
 
+def test_ignore_mismatched_sizes_reinitialises_heads_but_never_the_backbone(saved):
+    resized = hf_xcv.ViTForImageClassification.from_pretrained(saved, num_labels=7, ignore_mismatched_sizes=True)
+    assert resized.classifier.out_features == 7
+    config = json.loads((saved / "config.json").read_text())
+    config["intermediate_size"] = 128
+    (saved / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match=r"backbone weights whose shapes do not match.*mlp\.fc1"):
+        hf_xcv.ViTForImageClassification.from_pretrained(saved, ignore_mismatched_sizes=True)
+
+
 def test_a_new_head_is_allowed_and_reported(saved, tmp_path, caplog):
     """Loading a backbone into a classifier (fine-tuning) is legitimate; the new head is logged."""
     base = tmp_path / "base"

@@ -115,6 +115,7 @@ class CheckpointManager:
             shutil.rmtree(staging, ignore_errors=True)
         acc.wait_for_everyone()
         acc.save_state(str(staging))
+        acc.wait_for_everyone()  # every process has written its RNG state before the rename
         if acc.is_main_process:
             (staging / STATE_FILE).write_text(json.dumps(asdict(state), indent=2))
             if final.exists():
