@@ -2,14 +2,17 @@
 
     python -m conversion.vit --input path/or/user/repo --output converted/ [--verify] [--overwrite]
 
-The rename rules are the pure functions ``hf_xcv.conversion.vit.convert_config`` /
-``convert_state_dict``. ``--verify`` runs transformers' model on the source and hf_xcv's on the
-result with the same random pixels and fails when the logits differ by more than ``--tolerance``.
+The mapping is ``hf_xcv.conversion.vit.convert`` (pure ``convert_config`` / ``convert_state_dict``).
+A ``ViTForImageClassification`` source gives a classifier (its unused pooler, if any, is dropped); a
+``ViTModel`` source gives a backbone whose pooler becomes the pre-logits layer. ``--verify`` runs
+transformers' model on the source and hf_xcv's on the result with the same random pixels, and deletes
+the output again when they differ by more than ``--tolerance``.
 """
 
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 
 import torch
@@ -17,29 +20,33 @@ import torch
 import hf_xcv
 from hf_xcv.conversion import convert_checkpoint
 from hf_xcv.conversion.vit import TARGET_MODEL_TYPE
+from hf_xcv.layers import to_pair
 
 
-def verify(source: str, converted: str, tolerance: float) -> float:
-    """max |logits_transformers - logits_hf_xcv| on two random images (and hidden states for base models)."""
+def verify(source: str, converted: str, tolerance: float, revision: str | None = None) -> float:
+    """Largest |difference| of logits (classifier) or of hidden states and pooled output (backbone)."""
     from transformers import AutoModel, AutoModelForImageClassification
 
-    ours_config = hf_xcv.ViTConfig.from_pretrained(converted)
-    if "ViTForImageClassification" in (ours_config.architectures or []):
-        theirs = AutoModelForImageClassification.from_pretrained(source).eval()
-        ours = hf_xcv.ViTForImageClassification.from_pretrained(converted).eval()
-        output = "logits"
-    else:  # a base model checkpoint without a classifier
-        theirs = AutoModel.from_pretrained(source).eval()
-        ours = hf_xcv.ViTModel.from_pretrained(converted).eval()
-        output = "last_hidden_state"
+    is_classifier = "ViTForImageClassification" in (hf_xcv.ViTConfig.from_pretrained(converted).architectures or [])
+    theirs_class, ours_class = (
+        (AutoModelForImageClassification, hf_xcv.ViTForImageClassification)
+        if is_classifier
+        else (AutoModel, hf_xcv.ViTModel)
+    )
+    theirs = theirs_class.from_pretrained(source, revision=revision).eval()
+    ours = ours_class.from_pretrained(converted).eval()
     config = ours.config
-    size = hf_xcv.layers.to_pair(config.image_size)
-    pixels = torch.randn(2, config.num_channels, *size, generator=torch.Generator().manual_seed(0))
+    pixels = torch.randn(
+        2, config.num_channels, *to_pair(config.image_size), generator=torch.Generator().manual_seed(0)
+    )
+    names = ["logits"] if is_classifier else ["last_hidden_state", "pooler_output"]
     with torch.no_grad():
-        delta = (getattr(theirs(pixels), output) - getattr(ours(pixels), output)).abs().max().item()
-    if delta > tolerance:
-        raise SystemExit(f"verification failed: max |delta {output}| = {delta:.3e} > {tolerance:.1e}")
-    return delta
+        a, b = theirs(pixels), ours(pixels)
+    deltas = {n: (getattr(a, n) - getattr(b, n)).abs().max().item() for n in names if getattr(a, n) is not None}
+    worst = max(deltas.values())
+    if worst > tolerance:
+        raise ValueError(f"verification failed: max |delta| {deltas} > {tolerance:.1e}")
+    return worst
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -56,7 +63,12 @@ def main(argv: list[str] | None = None) -> None:
     note = f" (dropped {len(dropped)} keys: {dropped})" if dropped else ""
     print(f"converted {args.input} -> {args.output}{note}")
     if args.verify:
-        print(f"verified: max |delta| = {verify(args.input, args.output, args.tolerance):.3e}")
+        try:
+            delta = verify(args.input, args.output, args.tolerance, args.revision)
+        except ValueError as err:
+            shutil.rmtree(args.output, ignore_errors=True)
+            raise SystemExit(f"{err}; removed {args.output}") from err
+        print(f"verified: max |delta| = {delta:.3e}")
 
 
 if __name__ == "__main__":

@@ -6,7 +6,9 @@ Configs validate themselves on construction and again before saving; every failu
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import dataclasses
+import math
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from transformers import PretrainedConfig
@@ -35,8 +37,20 @@ def check_probability(name: str, value: Any) -> None:
 
 
 def check_positive_float(name: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        raise ValueError(f"{name} must be a positive number, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (value > 0 and math.isfinite(value)):
+        raise ValueError(f"{name} must be a finite positive number, got {value!r}")
+
+
+# Keyword arguments every config takes besides its dataclass fields.
+_CONFIG_KWARGS = frozenset({"num_labels", "attn_implementation", "output_attentions"})
+
+
+def check_known_fields(config_class: type, overrides: Mapping[str, Any]) -> None:
+    """Reject keys that are not fields of ``config_class`` (a typo would otherwise be a silent no-op)."""
+    known = {field.name for field in dataclasses.fields(config_class)} | _CONFIG_KWARGS
+    unknown = sorted(set(overrides) - known)
+    if unknown:
+        raise ValueError(f"{config_class.__name__} has no field {unknown}; its fields: {sorted(known)}")
 
 
 def check_choice(name: str, value: Any, allowed: Iterable[Any]) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import os
+import pickle
 import tempfile
 from typing import Any, ClassVar
 
@@ -47,6 +48,9 @@ class XcvPreTrainedModel(PreTrainedModel):
     # Top-level modules of task heads across a family (e.g. "classifier"): their weights may be
     # missing from a checkpoint (a new head) or left over (a head this class does not have).
     _task_head_modules: ClassVar[tuple[str, ...]] = ()
+    # True for models with a task head: conversion then drops parts only a bare backbone keeps
+    # (e.g. transformers' ViT pooler, which its classification model ignores too).
+    _is_task_model: ClassVar[bool] = False
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path: str | os.PathLike | None, *model_args: Any, **kwargs: Any):
@@ -74,7 +78,9 @@ class XcvPreTrainedModel(PreTrainedModel):
         rest.pop("config", None)
         with tempfile.TemporaryDirectory(prefix="hf_xcv-convert-") as tmp:
             converted = os.path.join(tmp, "converted")
-            convert_checkpoint(source, converted, cls.config_class.model_type, **hub_kwargs)
+            convert_checkpoint(
+                source, converted, cls.config_class.model_type, for_task_model=cls._is_task_model, **hub_kwargs
+            )
             result = cls._load_checked(converted, *model_args, **rest)
         model = result[0] if isinstance(result, tuple) else result
         model.config._name_or_path = str(source)
@@ -86,16 +92,18 @@ class XcvPreTrainedModel(PreTrainedModel):
         want_info = kwargs.pop("output_loading_info", False)
         try:
             model, info = super().from_pretrained(path, *model_args, output_loading_info=True, **kwargs)
-        except SafetensorError as err:
-            detail = find_corrupt_weights(path) if path is not None else None
-            raise CorruptCheckpointError(detail or f"a weights file of {path} is corrupt or truncated: {err}") from err
-        except RuntimeError as err:
-            if "ignore_mismatched_sizes" not in str(err):
-                raise
-            raise ValueError(
-                f"checkpoint {path} has weights whose shapes do not match its config (see the load report above); "
-                "pass ignore_mismatched_sizes=True only to re-initialise a task head on purpose"
-            ) from err
+        except (SafetensorError, OSError, EOFError, pickle.UnpicklingError, RuntimeError) as err:
+            corrupt = find_corrupt_weights(path) if path is not None else None
+            if corrupt is not None:
+                raise CorruptCheckpointError(corrupt) from err
+            if isinstance(err, SafetensorError):
+                raise CorruptCheckpointError(f"a weights file of {path} is corrupt or truncated: {err}") from err
+            if isinstance(err, RuntimeError) and "ignore_mismatched_sizes" in str(err):
+                raise ValueError(
+                    f"checkpoint {path} has weights whose shapes do not match its config (see the load report above); "
+                    "pass ignore_mismatched_sizes=True only to re-initialise a task head on purpose"
+                ) from err
+            raise
         model._check_loading_info(info, path)
         return (model, info) if want_info else model
 

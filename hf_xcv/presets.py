@@ -10,6 +10,8 @@ from typing import Any
 
 from transformers import PretrainedConfig
 
+from .configuration_utils import check_known_fields
+
 
 @dataclass(frozen=True)
 class Preset:
@@ -72,4 +74,6 @@ def preset_config(name: str, **overrides: Any) -> PretrainedConfig:
     if name not in PRESETS:
         raise ValueError(f"unknown preset {name!r}; available presets: {sorted(PRESETS)}")
     preset = PRESETS[name]
-    return MODEL_TYPES[preset.model_type].config(**{**preset.config, **overrides})
+    config_class = MODEL_TYPES[preset.model_type].config
+    check_known_fields(config_class, overrides)
+    return config_class(**{**preset.config, **overrides})

@@ -159,6 +159,8 @@ def test_a_layer_refuses_what_its_core_cannot_serve(limited_entry):
     x = torch.randn(1, 4, 8)
     with pytest.raises(ValueError, match="causal"):
         layer(x, causal=True, grid=(2, 2))
+    with pytest.raises(ValueError, match="memory carried from a previous call"):
+        layer(x, grid=(2, 2), state=torch.zeros(1))
     assert layer(x, grid=(2, 2))[0].shape == x.shape
 
 

@@ -5,11 +5,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from datasets import ClassLabel, Image
+from datasets import ClassLabel, Dataset, DatasetDict, Image
 
 from hf_xcv import ViTImageProcessor
-from hf_xcv.data import ImageClassificationCollator, image_classification_transform, load_digits_dataset, random_shift
-from hf_xcv.data.digits import _stratified_split
+from hf_xcv.data import (
+    ImageClassificationCollator,
+    encode_labels,
+    image_classification_transform,
+    load_digits_dataset,
+    random_shift,
+)
 
 
 @pytest.fixture(scope="module")
@@ -26,10 +31,16 @@ def test_digits_splits_are_disjoint_stratified_and_complete(digits):
     assert isinstance(digits["train"].features["label"], ClassLabel)
     for split in digits.values():
         assert np.bincount(split["label"], minlength=10).min() >= 1
-    labels = np.concatenate([np.asarray(split["label"]) for split in digits.values()])
-    index = _stratified_split(np.sort(labels), (0.1, 0.1), seed=0)
-    together = np.concatenate(list(index.values()))
-    assert len(together) == len(set(together.tolist())) == 1797  # disjoint and complete
+    ids = np.concatenate([np.asarray(split["id"]) for split in digits.values()])
+    assert sorted(ids.tolist()) == list(range(1797))  # disjoint and complete: every sample in exactly one split
+    from sklearn.datasets import load_digits
+
+    source = load_digits()
+    for split in digits.values():
+        sample = split[5]
+        assert sample["label"] == source.target[sample["id"]]
+        expected = np.round(source.images[sample["id"]] * 255 / 16).astype(np.uint8)
+        assert np.array_equal(np.asarray(sample["image"]), expected)
 
 
 def test_digits_are_real_8x8_grayscale_images_and_deterministic(digits):
@@ -75,3 +86,36 @@ def test_random_shift_moves_content_and_keeps_shape():
     assert torch.equal(shifted.sum(dim=(1, 2, 3)), images.sum(dim=(1, 2, 3)))  # content stays inside
     assert not torch.equal(shifted, images)
     assert torch.equal(random_shift(images, 0, fill=0.0), images)
+    # per-channel fill: every pixel is either image (0) or that channel's fill value
+    colour = random_shift(torch.zeros(16, 3, 5, 5), 2, fill=[1.0, 2.0, 3.0], generator=torch.Generator().manual_seed(1))
+    values = {tuple(pixel) for pixel in colour.permute(0, 2, 3, 1).reshape(-1, 3).tolist()}
+    assert values == {(0.0, 0.0, 0.0), (1.0, 2.0, 3.0)}
+
+
+def test_collator_keeps_integer_tensor_labels_integer():
+    collator = ImageClassificationCollator()
+    for label in (torch.tensor(1), np.int64(1), np.array(1), 1):
+        batch = collator([{"pixel_values": np.zeros((3, 4, 4)), "labels": label}] * 2)
+        assert batch["labels"].dtype == torch.long, type(label)
+    regression = collator([{"pixel_values": np.zeros((3, 4, 4)), "labels": 0.5}] * 2)
+    assert regression["labels"].dtype == torch.float32 and regression["labels"].shape == (2,)
+    with pytest.raises(ValueError, match="some samples of the batch have labels and some do not"):
+        collator([{"pixel_values": np.zeros((3, 4, 4)), "labels": 1}, {"pixel_values": np.zeros((3, 4, 4))}])
+
+
+def test_encode_labels_one_mapping_for_all_splits():
+    data = DatasetDict(
+        train=Dataset.from_dict({"label": [3, 11, 2, 3]}), test=Dataset.from_dict({"label": [11, 2, 40]})
+    )
+    encoded = encode_labels(data)
+    names = encoded["train"].features["label"].names
+    assert names == ["2", "3", "11", "40"]  # integers sort numerically, over every split
+    assert encoded["train"]["label"][:] == [1, 2, 0, 1]
+    assert encoded["test"]["label"][:] == [2, 0, 3]
+    words = encode_labels(DatasetDict(train=Dataset.from_dict({"label": ["owl", "cat"]})))
+    assert words["train"].features["label"].names == ["cat", "owl"]
+    assert words["train"]["label"][:] == [1, 0]
+    digits = load_digits_dataset()
+    assert encode_labels(digits) is digits  # already a ClassLabel
+    with pytest.raises(KeyError, match="no column 'target'"):
+        encode_labels(data, "target")

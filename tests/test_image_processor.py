@@ -98,6 +98,7 @@ def test_save_load_and_auto_image_processor(tmp_path):
         (np.zeros((1, 2, 3, 4, 5), dtype=np.uint8), r"shape \(1, 2, 3, 4, 5\)"),
         (np.zeros((0, 3, 8, 8), dtype=np.uint8), "no images given"),
         (np.zeros((8, 8, 2), dtype=np.uint8), "channel axis"),
+        (np.zeros((4, 4, 3), dtype=np.uint8), "could be channels-first or channels-last"),
         (np.zeros((0, 8, 3), dtype=np.uint8), "empty image"),
         ("not an image", "got str"),
         ([np.zeros((8, 8, 3), dtype=np.uint8), 7], "got int"),
@@ -106,3 +107,20 @@ def test_save_load_and_auto_image_processor(tmp_path):
 def test_bad_inputs_say_what_they_got(images, message):
     with pytest.raises(ValueError, match=message):
         ViTImageProcessor(size={"height": 8, "width": 8})(images, return_tensors="pt")
+
+
+def test_ambiguous_layouts_are_resolved_by_input_data_format():
+    processor = ViTImageProcessor(size={"height": 4, "width": 4}, do_resize=False)
+    hwc = np.arange(48, dtype=np.uint8).reshape(4, 4, 3)
+    last = processor(hwc, input_data_format="channels_last", return_tensors="pt")["pixel_values"]
+    first = processor(hwc.transpose(2, 0, 1), input_data_format="channels_first", return_tensors="pt")["pixel_values"]
+    assert last.shape == (1, 3, 4, 4)
+    assert torch.equal(last, first)
+
+
+def test_a_datasets_column_is_a_batch():
+    from hf_xcv.data import load_digits_dataset
+
+    column = load_digits_dataset()["test"]["image"]
+    pixels = ViTImageProcessor(size={"height": 8, "width": 8})(column, return_tensors="pt")["pixel_values"]
+    assert pixels.shape == (179, 3, 8, 8)

@@ -141,6 +141,20 @@ def test_output_hidden_states_attentions_and_tuples(model_case):
     torch.testing.assert_close(as_tuple[0], main_output(out), atol=1e-5, rtol=1e-5)
 
 
+def test_config_return_dict_false_gives_tuples(model_case):
+    model_type, cls = model_case
+    model = cls(tiny_config(model_type, return_dict=False)).eval()
+    inputs = make_inputs(model)
+    with torch.no_grad():
+        out = model(**inputs)
+        as_dict = model(**inputs, return_dict=True)
+    assert isinstance(out, tuple)
+    expected = as_dict.to_tuple()
+    assert len(out) == len(expected)
+    for a, b in zip(out, expected):
+        assert torch.equal(a, b)
+
+
 def test_no_split_modules_and_gradient_checkpointing_are_declared(model_case):
     model_type, cls = model_case
     model = cls(tiny_config(model_type))

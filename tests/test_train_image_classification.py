@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +19,12 @@ QUICK = [
     "--max_train_samples", "256", "--per_device_train_batch_size", "32", "--eval_every_epochs", "0",
     "--disable_tqdm", "--preset", "vit-test-tiny",
 ]  # fmt: skip
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 def run_script(args: list[str], env: dict[str, str], launcher: list[str] | None = None) -> subprocess.CompletedProcess:
@@ -130,7 +137,8 @@ def test_two_process_data_parallel_run_on_cpu(module_env, tmp_path):
     out = tmp_path / "ddp"
     launcher = [
         sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
-        "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", "29533",
+        "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
+        "--main_process_port", str(free_port()),
     ]  # fmt: skip
     check(run_script(["--output_dir", str(out), "--max_train_steps", "4", "--checkpointing_steps", "2", *QUICK],
                      module_env, launcher))  # fmt: skip

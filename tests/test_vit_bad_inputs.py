@@ -66,9 +66,19 @@ def test_garbage_weights_file(saved):
         hf_xcv.ViTForImageClassification.from_pretrained(saved)
 
 
+def test_truncated_pytorch_bin_file(model, tmp_path):
+    model.save_pretrained(tmp_path)
+    (tmp_path / "model.safetensors").unlink()
+    torch.save(model.state_dict(), tmp_path / "pytorch_model.bin")
+    data = (tmp_path / "pytorch_model.bin").read_bytes()
+    (tmp_path / "pytorch_model.bin").write_bytes(data[: len(data) // 3])
+    with pytest.raises(CorruptCheckpointError, match=r"pytorch_model.bin is corrupt or truncated"):
+        hf_xcv.ViTForImageClassification.from_pretrained(tmp_path)
+
+
 def test_corrupt_config(saved):
     (saved / "config.json").write_text("{not json")
-    with pytest.raises((ValueError, OSError), match="config"):
+    with pytest.raises(CorruptCheckpointError, match=r"config.json is not valid JSON"):
         hf_xcv.ViTForImageClassification.from_pretrained(saved)
 
 

@@ -29,6 +29,7 @@ from hf_xcv import PRESETS, ViTConfig, preset_config
         ({"pooling": "cls", "use_cls_token": False}, "use_cls_token"),
         ({"representation_size": -3}, "representation_size"),
         ({"qkv_bias": "yes"}, "qkv_bias"),
+        ({"layer_norm_eps": float("inf")}, "layer_norm_eps"),
     ],
 )
 def test_invalid_values_name_the_field(overrides, field):
@@ -72,6 +73,8 @@ def test_presets_build_and_reject_unknown_names():
     assert base.num_labels == 7 and base.hidden_size == 768
     with pytest.raises(ValueError, match="unknown preset 'vit-gigantic'"):
         preset_config("vit-gigantic")
+    with pytest.raises(ValueError, match=r"ViTConfig has no field \['drop_path'\]"):
+        preset_config("vit-test-tiny", drop_path=0.1)  # a typo of drop_path_rate is not silently kept
 
 
 def test_vit_base_preset_has_the_paper_parameter_count():

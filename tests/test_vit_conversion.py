@@ -72,7 +72,8 @@ def test_hidden_states_and_attentions_match_layer_by_layer(hf_vit_dir):
     with torch.no_grad():
         a = theirs(pixels, output_hidden_states=True, output_attentions=True)
         b = ours(pixels, output_hidden_states=True, output_attentions=True)
-    assert len(a.hidden_states) == len(b.hidden_states)
+    assert len(a.hidden_states) == len(b.hidden_states) == 4
+    assert len(a.attentions) == len(b.attentions) == 3
     for x, y in zip(a.hidden_states, b.hidden_states):
         assert max_delta(x, y) <= TOLERANCE
     for x, y in zip(a.attentions, b.attentions):
@@ -93,12 +94,30 @@ def test_base_model_with_pooler_converts_to_the_pre_logits_layer(tmp_path):
 
 
 def test_base_checkpoint_fine_tunes_into_a_classifier(tmp_path):
-    """The usual start of fine-tuning: backbone weights loaded, a new head for new labels."""
-    theirs = transformers.ViTModel(transformers_config(), add_pooling_layer=False)
+    """The usual start of fine-tuning: backbone weights loaded, a new head for new labels, and no
+    pre-logits layer (transformers' classifier ignores the pooler; the paper drops it for fine-tuning)."""
+    theirs = transformers.ViTModel(transformers_config())  # with a pooler
     theirs.save_pretrained(tmp_path)
     ours = hf_xcv.ViTForImageClassification.from_pretrained(tmp_path, num_labels=4)
     assert ours.classifier.out_features == 4
+    assert ours.config.representation_size is None and ours.vit.pooler.dense is None
     torch.testing.assert_close(ours.vit.layernorm.weight, theirs.layernorm.weight)
+
+
+def test_a_classifier_checkpoint_carrying_a_pooler_matches_transformers(tmp_path):
+    """transformers' ViTForImageClassification ignores pooler weights; so does the conversion."""
+    from safetensors.torch import save_file
+
+    theirs = transformers.ViTForImageClassification(transformers_config()).eval()
+    theirs.save_pretrained(tmp_path)
+    tensors = load_file(tmp_path / "model.safetensors")
+    tensors.update({"vit.pooler.dense.weight": torch.randn(48, 48), "vit.pooler.dense.bias": torch.randn(48)})
+    save_file(tensors, str(tmp_path / "model.safetensors"), metadata={"format": "pt"})
+    ours = hf_xcv.ViTForImageClassification.from_pretrained(tmp_path).eval()
+    assert ours.config.representation_size is None
+    pixels = torch.randn(2, 3, 32, 32)
+    with torch.no_grad():
+        assert max_delta(theirs(pixels).logits, ours(pixels).logits) <= TOLERANCE
 
 
 def test_on_disk_conversion_cli_with_verification(hf_vit_dir, tmp_path, repo_root):

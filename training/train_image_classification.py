@@ -30,8 +30,10 @@ from tqdm.auto import tqdm
 from transformers import AutoImageProcessor, HfArgumentParser, get_scheduler
 
 import hf_xcv
+from hf_xcv.configuration_utils import check_known_fields
 from hf_xcv.data import (
     ImageClassificationCollator,
+    encode_labels,
     image_classification_transform,
     load_digits_dataset,
     random_shift,
@@ -43,6 +45,7 @@ from hf_xcv.training import (
     MeasuredResult,
     TrainerState,
     build_model_card,
+    check_output_dir,
     prepare_output_dir,
     push_folder_to_hub,
     write_model_card,
@@ -53,13 +56,16 @@ TEMPLATE = Path(__file__).resolve().parents[1] / "model_cards" / "image_classifi
 
 @dataclass
 class ModelArguments:
-    preset: str = field(default="vit-digits", metadata={"help": "named configuration from hf_xcv.PRESETS"})
-    model_name_or_path: str | None = field(
-        default=None, metadata={"help": "start from this checkpoint (hf_xcv or transformers ViT) instead of a preset"}
+    preset: str | None = field(
+        default=None, metadata={"help": "named configuration from hf_xcv.PRESETS (default: vit-digits)"}
     )
-    attention_type: str | None = field(default=None, metadata={"help": "override the preset's attention_type"})
+    model_name_or_path: str | None = field(
+        default=None, metadata={"help": "fine-tune this checkpoint (hf_xcv or transformers ViT) instead of a preset"}
+    )
+    attention_type: str | None = field(default=None, metadata={"help": "override the attention_type"})
     config_overrides: str | None = field(
-        default=None, metadata={"help": "config fields, e.g. 'hidden_dropout_prob=0.1,drop_path_rate=0.1'"}
+        default=None,
+        metadata={"help": "config fields: 'hidden_dropout_prob=0.1,drop_path_rate=0.1' or a JSON object"},
     )
     attn_implementation: str = field(default="sdpa", metadata={"help": "sdpa, eager, flash_attention_2, ..."})
 
@@ -107,6 +113,21 @@ class TrainArguments:
     hub_private: bool = False
 
 
+@dataclass
+class Loop:
+    """What the training loop works on (built once in ``main``)."""
+
+    accelerator: Accelerator
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    scheduler: Any
+    train_dl: DataLoader
+    eval_dl: DataLoader
+    ckpt: CheckpointManager
+    fill: list[float]  # normalised value of a black pixel, per channel (padding of the random shift)
+    total_steps: int
+
+
 def has_accelerator_device() -> bool:
     if hasattr(torch, "accelerator"):
         return torch.accelerator.is_available()
@@ -130,21 +151,19 @@ def load_data(args: DataArguments, seed: int) -> DatasetDict:
             raise ValueError(f"dataset {args.dataset!r} has no {split!r} split; splits: {list(data)}")
     if args.max_train_samples is not None:
         data["train"] = data["train"].select(range(min(args.max_train_samples, len(data["train"]))))
-    return data
-
-
-def label_names(data: DatasetDict, label_column: str) -> list[str]:
-    feature = data["train"].features[label_column]
-    return list(feature.names) if hasattr(feature, "names") else sorted({str(x) for x in data["train"][label_column]})
+    return encode_labels(data, args.label_column)  # one id per class over all splits
 
 
 def parse_overrides(text: str | None) -> dict[str, Any]:
-    """'a=1,b=0.1,c=mean' -> {'a': 1, 'b': 0.1, 'c': 'mean'} (JSON values, else strings)."""
+    """'a=1,b=0.1,c=mean' or '{"a": 1, "image_size": [32, 32]}' -> dict (JSON values, else strings)."""
+    text = (text or "").strip()
+    if text.startswith("{"):
+        return json.loads(text)
     overrides: dict[str, Any] = {}
-    for item in filter(None, (text or "").split(",")):
+    for item in filter(None, text.split(",")):
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
-            raise ValueError(f"--config_overrides expects key=value pairs, got {item!r}")
+            raise ValueError(f"--config_overrides expects key=value pairs or a JSON object, got {item!r}")
         try:
             overrides[key.strip()] = json.loads(value)
         except json.JSONDecodeError:
@@ -152,32 +171,39 @@ def parse_overrides(text: str | None) -> dict[str, Any]:
     return overrides
 
 
-def build_model_and_processor(args: ModelArguments, labels: list[str]):
+def build_model_and_processor(args: ModelArguments, labels: list[str]) -> tuple[torch.nn.Module, Any]:
+    """A fresh model from a preset, or a checkpoint with a new head for ``labels``; and its processor."""
     id2label = dict(enumerate(labels))
-    label2id = {name: i for i, name in id2label.items()}
-    if args.model_name_or_path:
-        processor = AutoImageProcessor.from_pretrained(args.model_name_or_path)
-        model = hf_xcv.ViTForImageClassification.from_pretrained(
-            args.model_name_or_path,
-            num_labels=len(labels),
-            id2label=id2label,
-            label2id=label2id,
-            ignore_mismatched_sizes=True,
-            attn_implementation=args.attn_implementation,
-        )
-        return model, processor
-    overrides: dict[str, Any] = {"num_labels": len(labels), "id2label": id2label, "label2id": label2id}
+    overrides: dict[str, Any] = {
+        "num_labels": len(labels),
+        "id2label": id2label,
+        "label2id": {v: k for k, v in id2label.items()},
+    }
     if args.attention_type:
         overrides["attention_type"] = args.attention_type
     overrides.update(parse_overrides(args.config_overrides))
-    config = hf_xcv.preset_config(args.preset, **overrides)
+    check_known_fields(hf_xcv.ViTConfig, overrides)
+    if args.model_name_or_path:
+        if args.preset:
+            raise ValueError("pass either --preset or --model_name_or_path, not both")
+        processor = AutoImageProcessor.from_pretrained(args.model_name_or_path)
+        model = hf_xcv.ViTForImageClassification.from_pretrained(
+            args.model_name_or_path,
+            ignore_mismatched_sizes=True,  # only the task head may be re-initialised (checked on load)
+            attn_implementation=args.attn_implementation,
+            **overrides,
+        )
+        return model, processor
+    config = hf_xcv.preset_config(args.preset or "vit-digits", **overrides)
     config._attn_implementation = args.attn_implementation
     size = to_pair(config.image_size)
     processor = hf_xcv.ViTImageProcessor(size={"height": size[0], "width": size[1]})
     return hf_xcv.ViTForImageClassification(config), processor
 
 
-def build_dataloaders(data: DatasetDict, processor, data_args: DataArguments, args: TrainArguments):
+def build_dataloaders(
+    data: DatasetDict, processor: Any, data_args: DataArguments, args: TrainArguments
+) -> tuple[DataLoader, DataLoader, DataLoader]:
     transform = image_classification_transform(processor, data_args.image_column, data_args.label_column)
     collator = ImageClassificationCollator()
 
@@ -191,7 +217,9 @@ def build_dataloaders(data: DatasetDict, processor, data_args: DataArguments, ar
     )
 
 
-def build_optimizer(model: torch.nn.Module, args: TrainArguments, total_steps: int, num_processes: int):
+def build_optimizer(
+    model: torch.nn.Module, args: TrainArguments, total_steps: int, num_processes: int
+) -> tuple[torch.optim.Optimizer, Any]:
     """AdamW without decay on biases, norms, [CLS] and positions; warm-up + schedule."""
     decay, no_decay = [], []
     for name, param in model.named_parameters():
@@ -214,57 +242,58 @@ def step_seed(seed: int, micro_step: int, rank: int, world: int) -> int:
     return (seed * 1_000_003 + micro_step * world + rank) % (2**63)
 
 
-def train(accelerator, model, optimizer, scheduler, train_dl, eval_dl, ckpt, state, args, data_args, fill, total_steps):
+def train(loop: Loop, state: TrainerState, args: TrainArguments, data_args: DataArguments) -> tuple[TrainerState, bool]:
     """The loop; returns the state it ended in and whether ``--stop_after_steps`` stopped it."""
+    acc, model = loop.accelerator, loop.model
     progress = tqdm(
-        total=total_steps, initial=state.completed_steps, disable=args.disable_tqdm or not accelerator.is_main_process
+        total=loop.total_steps, initial=state.completed_steps, disable=args.disable_tqdm or not acc.is_main_process
     )
-    while state.completed_steps < total_steps:
-        train_dl.set_epoch(state.epoch)
+    while state.completed_steps < loop.total_steps:
+        loop.train_dl.set_epoch(state.epoch)
         skip = state.batches_in_epoch
-        loader = accelerator.skip_first_batches(train_dl, skip) if skip else train_dl
+        batches = acc.skip_first_batches(loop.train_dl, skip) if skip else loop.train_dl
         model.train()
-        for batch in loader:
-            micro_step = state.epoch * len(train_dl) + state.batches_in_epoch
-            torch.manual_seed(step_seed(args.seed, micro_step, accelerator.process_index, accelerator.num_processes))
-            pixels = random_shift(batch["pixel_values"], data_args.max_shift, fill)
-            with accelerator.accumulate(model):
+        for batch in batches:
+            micro_step = state.epoch * len(loop.train_dl) + state.batches_in_epoch
+            torch.manual_seed(step_seed(args.seed, micro_step, acc.process_index, acc.num_processes))
+            pixels = random_shift(batch["pixel_values"], data_args.max_shift, loop.fill)
+            with acc.accumulate(model):
                 loss = model(pixel_values=pixels, labels=batch["labels"]).loss
-                accelerator.backward(loss)
-                if accelerator.sync_gradients and args.max_grad_norm:
-                    accelerator.clip_grad_norm_(model.parameters(), args.max_grad_norm)
-                optimizer.step()
-                scheduler.step()
-                optimizer.zero_grad()
+                acc.backward(loss)
+                if acc.sync_gradients and args.max_grad_norm:
+                    acc.clip_grad_norm_(model.parameters(), args.max_grad_norm)
+                loop.optimizer.step()
+                loop.scheduler.step()
+                loop.optimizer.zero_grad()
             state.batches_in_epoch += 1
-            if not accelerator.sync_gradients:
+            if not acc.sync_gradients:
                 continue
             state.completed_steps += 1
             progress.update(1)
             progress.set_postfix(loss=f"{loss.item():.4f}", epoch=state.epoch)
-            if state.batches_in_epoch == len(train_dl):
+            if state.batches_in_epoch == len(loop.train_dl):
                 state.epoch, state.batches_in_epoch = state.epoch + 1, 0
-                maybe_report(accelerator, model, eval_dl, state, args, data_args)
+                maybe_report(loop, state, args, data_args)
             if state.completed_steps % args.checkpointing_steps == 0:
-                ckpt.save(state)
+                loop.ckpt.save(state)
             if args.stop_after_steps is not None and state.completed_steps >= args.stop_after_steps:
                 return state, True
-            if state.completed_steps >= total_steps:
+            if state.completed_steps >= loop.total_steps:
                 break
     progress.close()
     return state, False
 
 
-def maybe_report(accelerator, model, eval_dl, state: TrainerState, args: TrainArguments, data_args) -> None:
-    """Validation accuracy every ``eval_every_epochs`` epochs (the loop reseeds per step, so this changes nothing)."""
+def maybe_report(loop: Loop, state: TrainerState, args: TrainArguments, data_args: DataArguments) -> None:
+    """Validation accuracy every ``eval_every_epochs`` epochs (the loop reseeds per step: this changes nothing)."""
     if args.eval_every_epochs and state.epoch % args.eval_every_epochs == 0:
-        results = evaluate_split(accelerator, model, eval_dl)
-        accelerator.print(f"epoch {state.epoch} step {state.completed_steps}: {data_args.eval_split} {results}")
-        model.train()
+        results = evaluate_split(loop.accelerator, loop.model, loop.eval_dl)
+        loop.accelerator.print(f"epoch {state.epoch} step {state.completed_steps}: {data_args.eval_split} {results}")
+        loop.model.train()
 
 
 @torch.no_grad()
-def evaluate_split(accelerator, model, loader) -> dict[str, float]:
+def evaluate_split(accelerator: Accelerator, model: torch.nn.Module, loader: DataLoader) -> dict[str, float]:
     """Accuracy (and top-5 with >= 5 classes) over the whole split, gathered from every process."""
     model.eval()
     logits, labels = [], []
@@ -281,7 +310,16 @@ def evaluate_split(accelerator, model, loader) -> dict[str, float]:
     return results
 
 
-def save_final(accelerator, model, processor, out: Path, results: dict[str, Any], args, data_args, argv) -> None:
+def save_final(
+    accelerator: Accelerator,
+    model: torch.nn.Module,
+    processor: Any,
+    out: Path,
+    results: dict[str, Any],
+    args: TrainArguments,
+    data_args: DataArguments,
+    argv: list[str],
+) -> None:
     """Model, processor, model card and results into ``out``, each file moved in only when complete."""
     if not accelerator.is_main_process:
         return
@@ -307,6 +345,16 @@ def save_final(accelerator, model, processor, out: Path, results: dict[str, Any]
     staging.rmdir()
 
 
+def prepare_run(accelerator: Accelerator, out: Path, run_args: dict[str, Any], args: TrainArguments) -> None:
+    """Every process checks the folder (so all fail alike), then the main process prepares it."""
+    resume = args.resume_from_checkpoint is not None
+    check_output_dir(out, args.overwrite_output_dir, resume)
+    accelerator.wait_for_everyone()
+    if accelerator.is_main_process:
+        prepare_output_dir(out, args.overwrite_output_dir, resume, run_args)
+    accelerator.wait_for_everyone()
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     argv = sys.argv[1:] if argv is None else argv
     model_args, data_args, args = parse_args(argv)
@@ -317,13 +365,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
         dataloader_config=DataLoaderConfiguration(use_seedable_sampler=True, data_seed=args.seed),
     )
     out = Path(args.output_dir)
-    if accelerator.is_main_process:
-        run_args = {"model": asdict(model_args), "data": asdict(data_args), "train": asdict(args)}
-        prepare_output_dir(out, args.overwrite_output_dir, args.resume_from_checkpoint is not None, run_args)
-    accelerator.wait_for_everyone()
+    prepare_run(accelerator, out, {"model": asdict(model_args), "data": asdict(data_args), "train": asdict(args)}, args)
     set_seed(args.seed)
     data = load_data(data_args, args.seed)
-    model, processor = build_model_and_processor(model_args, label_names(data, data_args.label_column))
+    model, processor = build_model_and_processor(model_args, data["train"].features[data_args.label_column].names)
     train_dl, eval_dl, test_dl = build_dataloaders(data, processor, data_args, args)
     steps_per_epoch = math.ceil(math.ceil(len(train_dl) / accelerator.num_processes) / args.gradient_accumulation_steps)
     total_steps = args.max_train_steps or args.num_train_epochs * steps_per_epoch
@@ -338,10 +383,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
         path = ckpt.resolve(args.resume_from_checkpoint)
         state = ckpt.load(path)
         accelerator.print(f"resumed from {path} at step {state.completed_steps}")
-    fill = float(-processor.image_mean[0] / processor.image_std[0])  # a black pixel, normalised
-    state, stopped = train(
-        accelerator, model, optimizer, scheduler, train_dl, eval_dl, ckpt, state, args, data_args, fill, total_steps
-    )
+    fill = [-m / s for m, s in zip(processor.image_mean, processor.image_std)]  # a black pixel, normalised
+    loop = Loop(accelerator, model, optimizer, scheduler, train_dl, eval_dl, ckpt, fill, total_steps)
+    state, stopped = train(loop, state, args, data_args)
     if stopped:
         accelerator.print(f"stopped after step {state.completed_steps} (--stop_after_steps)")
         return None

@@ -80,6 +80,7 @@ class MultiHeadAttention(nn.Module):
             cross_attention=cross,
             returns_weights=output_attentions,
             grid_available=grid is not None,
+            stateful=state is not None,
         )
         source = key_value_states if cross else hidden_states
         q = self._split_heads(self.q_proj(hidden_states))  # (B, H, Lq, D)

@@ -54,6 +54,7 @@ _CAPABILITY_WORDS = {
     "causal": "causal (autoregressive) masking",
     "cross_attention": "cross-attention (keys from another sequence)",
     "returns_weights": "returning attention weights (output_attentions=True)",
+    "stateful": "memory carried from a previous call (state=...)",
 }
 
 
@@ -157,6 +158,7 @@ def check_capabilities(
     cross_attention: bool = False,
     returns_weights: bool = False,
     grid_available: bool = False,
+    stateful: bool = False,
 ) -> None:
     """Raise one ValueError listing every request the entry ``name`` cannot serve."""
     caps = get_attention_class(name).capabilities
@@ -165,6 +167,7 @@ def check_capabilities(
         "causal": causal,
         "cross_attention": cross_attention,
         "returns_weights": returns_weights,
+        "stateful": stateful,
     }
     reasons = [
         f"it does not support {_CAPABILITY_WORDS[key]}"

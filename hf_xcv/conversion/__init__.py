@@ -1,8 +1,8 @@
 """Conversion of other libraries' checkpoints into hf_xcv format, on disk or on load.
 
-A converter module defines ``SOURCE_MODEL_TYPE``, ``TARGET_MODEL_TYPE``, ``PROCESSOR_TYPE``,
-``has_pooler(state_dict)``, ``convert_config(config_dict, with_pooler)`` and
-``convert_state_dict(state_dict) -> (state_dict, dropped_keys)``; the last two are pure functions.
+A converter module defines ``SOURCE_MODEL_TYPE``, ``TARGET_MODEL_TYPE``, ``PROCESSOR_TYPE`` and
+``convert(config_dict, state_dict, for_task_model) -> (config_dict, state_dict, dropped_keys)``, built
+from its pure ``convert_config`` / ``convert_state_dict`` functions.
 :func:`convert_checkpoint` runs one on a folder or Hub repo and writes the result atomically.
 """
 
@@ -49,12 +49,14 @@ def convert_checkpoint(
     output_dir: str | os.PathLike,
     target_model_type: str,
     overwrite: bool = False,
+    for_task_model: bool | None = None,
     **hub_kwargs: Any,
 ) -> list[str]:
     """Convert the checkpoint at ``source`` (folder or Hub repo) into ``output_dir``; returns dropped keys.
 
     Writes config.json, model.safetensors and, where the source has one, preprocessor_config.json.
-    The folder appears complete or not at all.
+    The folder appears complete or not at all. ``for_task_model`` says whether the result will feed a
+    model with a task head (None: as the source's architecture says).
     """
     config_dict = load_config_dict(source, **hub_kwargs)
     converter = find_converter(target_model_type, config_dict.get("model_type"))
@@ -64,8 +66,7 @@ def convert_checkpoint(
             f"{target_model_type} converts {convertible_sources(target_model_type)}"
         )
     state_dict = load_state_dict(source, **hub_kwargs)
-    new_config = converter.convert_config(config_dict, converter.has_pooler(state_dict))
-    new_state_dict, dropped = converter.convert_state_dict(state_dict)
+    new_config, new_state_dict, dropped = converter.convert(config_dict, state_dict, for_task_model)
     if dropped:
         logger.warning("conversion of %s dropped %d keys it has no use for: %s", source, len(dropped), dropped)
     with atomic_directory(output_dir, overwrite=overwrite) as staging:

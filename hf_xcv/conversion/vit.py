@@ -84,6 +84,25 @@ def convert_config(source: dict[str, Any], with_pooler: bool) -> dict[str, Any]:
     return out
 
 
-def convert_state_dict(state_dict: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], list[str]]:
-    """transformers ViT state dict -> hf_xcv ViT state dict, and the keys deliberately dropped."""
-    return rename_keys(state_dict, RULES, DROP)
+def convert_state_dict(
+    state_dict: dict[str, torch.Tensor], with_pooler: bool = True
+) -> tuple[dict[str, torch.Tensor], list[str]]:
+    """transformers ViT state dict -> hf_xcv ViT state dict, and the keys deliberately dropped.
+
+    ``with_pooler=False`` drops the pooler (``pooler.dense``), as transformers' classification model
+    ignores it; with it, the pooler becomes the pre-logits layer.
+    """
+    drop = DROP if with_pooler else [*DROP, _P + r"pooler\.dense\." + _WB]
+    return rename_keys(state_dict, RULES, drop)
+
+
+def convert(
+    config: dict[str, Any], state_dict: dict[str, torch.Tensor], for_task_model: bool | None = None
+) -> tuple[dict[str, Any], dict[str, torch.Tensor], list[str]]:
+    """Config and weights together. ``for_task_model``: the target has a classifier (None: infer from the
+    source's architectures; a ``ViTModel`` checkpoint stays a backbone with its pooler)."""
+    if for_task_model is None:
+        for_task_model = "ViTModel" not in (config.get("architectures") or [])
+    with_pooler = has_pooler(state_dict) and not for_task_model
+    new_state_dict, dropped = convert_state_dict(state_dict, with_pooler)
+    return convert_config(config, with_pooler), new_state_dict, dropped

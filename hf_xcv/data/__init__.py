@@ -1,11 +1,17 @@
 """Built-in datasets and the collators that turn them into batches."""
 
 from .digits import DIGIT_NAMES, load_digits_dataset
-from .image_classification import ImageClassificationCollator, image_classification_transform, random_shift
+from .image_classification import (
+    ImageClassificationCollator,
+    encode_labels,
+    image_classification_transform,
+    random_shift,
+)
 
 __all__ = [
     "DIGIT_NAMES",
     "ImageClassificationCollator",
+    "encode_labels",
     "image_classification_transform",
     "load_digits_dataset",
     "random_shift",

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import PIL.Image
-from datasets import ClassLabel, Dataset, DatasetDict, Features, Image
+from datasets import ClassLabel, Dataset, DatasetDict, Features, Image, Value
 
 DIGIT_NAMES = [str(i) for i in range(10)]
 
@@ -28,7 +28,8 @@ def _stratified_split(labels: np.ndarray, fractions: tuple[float, float], seed: 
 
 
 def load_digits_dataset(validation_fraction: float = 0.1, test_fraction: float = 0.1, seed: int = 0) -> DatasetDict:
-    """Digits as PIL grayscale images (0-255) with a ClassLabel; splits train / validation / test."""
+    """Digits as PIL grayscale images (0-255) with a ClassLabel and the sample's ``id`` in scikit-learn's
+    array; splits train / validation / test."""
     try:
         from sklearn.datasets import load_digits
     except ImportError as err:  # pragma: no cover - depends on the environment
@@ -41,12 +42,16 @@ def load_digits_dataset(validation_fraction: float = 0.1, test_fraction: float =
     digits = load_digits()
     pixels = np.round(digits.images * (255.0 / 16.0)).astype(np.uint8)  # (1797, 8, 8), 0..16 -> 0..255
     labels = digits.target.astype(np.int64)
-    features = Features({"image": Image(), "label": ClassLabel(names=DIGIT_NAMES)})
+    features = Features({"image": Image(), "label": ClassLabel(names=DIGIT_NAMES), "id": Value("int64")})
     splits = _stratified_split(labels, (validation_fraction, test_fraction), seed)
     return DatasetDict(
         {
             name: Dataset.from_dict(
-                {"image": [PIL.Image.fromarray(pixels[i]) for i in index], "label": labels[index].tolist()},
+                {
+                    "image": [PIL.Image.fromarray(pixels[i]) for i in index],
+                    "label": labels[index].tolist(),
+                    "id": index.tolist(),  # position in sklearn.datasets.load_digits()
+                },
                 features=features,
             )
             for name, index in splits.items()

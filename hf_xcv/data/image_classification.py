@@ -7,6 +7,37 @@ from typing import Any
 
 import numpy as np
 import torch
+from datasets import ClassLabel, DatasetDict
+
+
+def encode_labels(data: DatasetDict, column: str = "label") -> DatasetDict:
+    """Make ``column`` a ClassLabel with one id per distinct value over *all* splits.
+
+    Integers sort numerically (``[1, 2, 10]`` -> ids 0, 1, 2, names "1", "2", "10"), anything else as
+    text; every split gets the same mapping. A column that is already a ClassLabel is left alone.
+    """
+    first = next(iter(data.values()))
+    if column not in first.column_names:
+        raise KeyError(f"the dataset has no column {column!r}; columns: {first.column_names}")
+    if isinstance(first.features[column], ClassLabel):
+        return data
+    values: set = set()
+    for split in data.values():
+        try:
+            values.update(split.unique(column))
+        except TypeError as err:
+            raise ValueError(f"column {column!r} must hold one class per image (int or str values): {err}") from err
+    integers = all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in values)
+    ordered = sorted(values) if integers else sorted(values, key=str)
+    index = {value: i for i, value in enumerate(ordered)}
+    label = ClassLabel(names=[str(v) for v in ordered])
+
+    def encode(split):
+        features = split.features.copy()
+        features[column] = label
+        return split.map(lambda batch: {column: [index[v] for v in batch[column]]}, batched=True, features=features)
+
+    return DatasetDict({name: encode(split) for name, split in data.items()})
 
 
 def image_classification_transform(
@@ -48,19 +79,48 @@ class ImageClassificationCollator:
                 )
             pixels.append(value)
         batch = {"pixel_values": torch.stack(pixels)}
-        key = "labels" if "labels" in features[0] else "label" if "label" in features[0] else None
+        label_keys = {"labels" if "labels" in sample else "label" if "label" in sample else None for sample in features}
+        if len(label_keys) > 1:
+            raise ValueError("some samples of the batch have labels and some do not")
+        key = label_keys.pop()
         if key is not None:
-            labels = [sample[key] for sample in features]
-            is_int = all(isinstance(label, (int, np.integer)) for label in labels)
-            batch["labels"] = torch.tensor(labels, dtype=torch.long if is_int else torch.float32)
+            batch["labels"] = _stack_labels([sample[key] for sample in features])
         return batch
 
 
-def random_shift(pixel_values: torch.Tensor, max_shift: int, fill: float, generator: torch.Generator | None = None):
-    """Translate each image independently by up to ``max_shift`` pixels (pad with ``fill``, random crop)."""
+def _is_integer(label: Any) -> bool:
+    if isinstance(label, bool):
+        return False
+    if isinstance(label, (int, np.integer)):
+        return True
+    if isinstance(label, (torch.Tensor, np.ndarray)) and label.ndim == 0:
+        return not label.dtype.is_floating_point if isinstance(label, torch.Tensor) else label.dtype.kind in "iu"
+    return False
+
+
+def _stack_labels(labels: list[Any]) -> torch.Tensor:
+    """Class ids -> int64 (single-label); multi-hot rows or regression targets -> float32."""
+    if all(_is_integer(label) for label in labels):
+        return torch.tensor([int(label) for label in labels], dtype=torch.long)
+    return torch.stack([torch.as_tensor(np.asarray(label), dtype=torch.float32) for label in labels])
+
+
+def random_shift(
+    pixel_values: torch.Tensor,
+    max_shift: int,
+    fill: float | Sequence[float] | torch.Tensor = 0.0,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
+    """Translate each image independently by up to ``max_shift`` pixels, padding with ``fill``.
+
+    ``fill`` is one value or one per channel (e.g. the normalised value of a black pixel).
+    """
     if max_shift <= 0:
         return pixel_values
-    batch, _, height, width = pixel_values.shape
-    padded = torch.nn.functional.pad(pixel_values, (max_shift,) * 4, value=fill)  # (B, C, H+2s, W+2s)
+    batch, channels, height, width = pixel_values.shape
+    fill = torch.as_tensor(fill, dtype=pixel_values.dtype).reshape(-1, 1, 1).expand(channels, 1, 1)  # (C, 1, 1)
+    size = (batch, channels, height + 2 * max_shift, width + 2 * max_shift)
+    padded = fill.expand(size).clone()  # (B, C, H+2s, W+2s), every pixel = fill of its channel
+    padded[..., max_shift : max_shift + height, max_shift : max_shift + width] = pixel_values
     offsets = torch.randint(0, 2 * max_shift + 1, (batch, 2), generator=generator)
     return torch.stack([padded[i, :, dy : dy + height, dx : dx + width] for i, (dy, dx) in enumerate(offsets.tolist())])

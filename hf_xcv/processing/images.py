@@ -8,6 +8,7 @@ Accepted: PIL images, numpy arrays and torch tensors, one image or a batch (a li
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -24,11 +25,13 @@ def _describe(obj: Any) -> str:
 
 
 def _split_batch(images: Any) -> list[Any]:
-    """One image or a batch -> a list of single images."""
-    if isinstance(images, (list, tuple)):
+    """One image or a batch (list, tuple, a ``datasets`` column, any iterable, 4-D array) -> a list."""
+    single = (np.ndarray, torch.Tensor, PIL.Image.Image, str, bytes, dict)
+    if isinstance(images, Iterable) and not isinstance(images, single):
+        images = list(images)
         if len(images) == 0:
             raise ValueError("no images given: got an empty list")
-        return list(images)
+        return images
     if isinstance(images, (np.ndarray, torch.Tensor)) and images.ndim == 4:
         if images.shape[0] == 0:
             raise ValueError(f"no images given: got a batch {_describe(images)}")
@@ -55,6 +58,11 @@ def _channels_first(array: np.ndarray, data_format: str | None) -> np.ndarray:
         )
     if data_format in ("channels_first", "channels_last"):
         first = data_format == "channels_first"
+    elif array.shape[0] in _CHANNEL_COUNTS and array.shape[-1] in _CHANNEL_COUNTS:
+        raise ValueError(
+            f"an image of shape {tuple(array.shape)} could be channels-first or channels-last; "
+            "pass input_data_format='channels_first' or 'channels_last'"
+        )
     elif array.shape[0] in _CHANNEL_COUNTS:
         first = True
     elif array.shape[-1] in _CHANNEL_COUNTS:

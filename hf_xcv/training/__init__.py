@@ -1,6 +1,6 @@
 """Pieces the training scripts share: run folders, atomic checkpoints, model cards, Hub upload."""
 
-from .checkpointing import CheckpointManager, TrainerState, prepare_output_dir
+from .checkpointing import CheckpointManager, TrainerState, check_output_dir, prepare_output_dir
 from .hub import push_folder_to_hub
 from .model_card import MeasuredResult, build_model_card, write_model_card
 
@@ -9,6 +9,7 @@ __all__ = [
     "MeasuredResult",
     "TrainerState",
     "build_model_card",
+    "check_output_dir",
     "prepare_output_dir",
     "push_folder_to_hub",
     "write_model_card",

@@ -43,28 +43,40 @@ def _write_text_atomic(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def prepare_output_dir(output_dir: str | os.PathLike, overwrite: bool, resume: bool, run_args: dict[str, Any]) -> Path:
-    """Create ``output_dir`` or check it may be used; never clobber something that is not ours.
+def check_output_dir(output_dir: str | os.PathLike, overwrite: bool, resume: bool) -> str:
+    """What may be done with ``output_dir``: "create", "resume" or "overwrite"; raises when nothing may.
 
     * empty or absent: start a run there;
     * holds a run and ``resume``: continue it;
     * holds a run and ``overwrite``: delete it and start afresh;
     * holds a run otherwise, or holds anything that is not an hf_xcv run: refuse.
+
+    Reads only, so every process of a distributed run can call it and fail the same way.
     """
     path = Path(output_dir)
     if path.exists() and not path.is_dir():
         raise FileExistsError(f"output_dir {path} is a file")
     contents = sorted(p.name for p in path.iterdir()) if path.exists() else []
-    if contents and RUN_MARKER not in contents:
+    if not contents:
+        return "create"
+    if RUN_MARKER not in contents:
         raise FileExistsError(
             f"output_dir {path} is not empty and is not an hf_xcv run (holds {contents[:5]}); choose another folder"
         )
-    if contents and not resume:
-        if not overwrite:
-            raise FileExistsError(
-                f"output_dir {path} already holds a run; pass --overwrite_output_dir to start over "
-                "or --resume_from_checkpoint latest to continue it"
-            )
+    if resume:
+        return "resume"
+    if overwrite:
+        return "overwrite"
+    raise FileExistsError(
+        f"output_dir {path} already holds a run; pass --overwrite_output_dir to start over "
+        "or --resume_from_checkpoint latest to continue it"
+    )
+
+
+def prepare_output_dir(output_dir: str | os.PathLike, overwrite: bool, resume: bool, run_args: dict[str, Any]) -> Path:
+    """Check ``output_dir`` (see :func:`check_output_dir`), then create, keep or clear it (one process)."""
+    path = Path(output_dir)
+    if check_output_dir(path, overwrite, resume) == "overwrite":
         shutil.rmtree(path)
     path.mkdir(parents=True, exist_ok=True)
     if not (path / RUN_MARKER).exists():

@@ -229,6 +229,8 @@ class ViTForImageClassification(ViTPreTrainedModel):
     binary cross-entropy for multi-hot float labels, MSE when ``num_labels == 1``.
     """
 
+    _is_task_model = True
+
     def __init__(self, config: ViTConfig):
         super().__init__(config)
         self.num_labels = config.num_labels
@@ -260,6 +262,7 @@ class ViTForImageClassification(ViTPreTrainedModel):
             interpolate_pos_encoding=interpolate_pos_encoding,
             output_attentions=output_attentions,
             output_hidden_states=output_hidden_states,
+            return_dict=True,  # whatever config.return_dict says; this forward decides its own form
         )
         logits = self.classifier(outputs.pooler_output)  # (B, num_labels)
         loss = None
