@@ -427,144 +427,152 @@ class Handler(BaseHTTPRequestHandler):
         self.send_json({})
 
     # ------------------------------------------------------------------ per-repo API
+    # (operation, method or None for any) -> handler(repo, args, m, q); args are the path parts after the operation
+    REPO_ROUTES = {
+        ("refs", "GET"): "api_refs",
+        ("tree", "GET"): "api_tree",
+        ("paths-info", "POST"): "api_paths_info",
+        ("commits", "GET"): "api_commits",
+        ("branch", None): "api_branch",
+        ("tag", None): "api_tag",
+        ("preupload", "POST"): "api_preupload",
+        ("commit", "POST"): "api_commit",
+        ("super-squash", "POST"): "api_super_squash",
+    }
+    # operations whose route needs a revision/name after the operation
+    NEEDS_ARGUMENT = {"tree", "paths-info", "commits", "branch", "tag"}
+
     def repo_api(self, m: str, rtype: str, rid: str, rest: list[str], q: dict) -> None:
-        st = self.store
         if m == "PUT" and rest == ["settings"]:
-            self.check_auth(write=True)
-            body = json.loads(self.read_body() or b"{}")
-            with st.lock:
-                repo = st.get(rtype, rid)
-                if "private" in body:
-                    repo["private"] = bool(body["private"])
-                if "visibility" in body:
-                    repo["private"] = body["visibility"] != "public"
-                st.save(repo)
-            return self.send_json({})
-        repo = st.get(rtype, rid)
+            return self.api_settings(rtype, rid)
+        repo = self.store.get(rtype, rid)
         if repo.get("private"):
             self.check_auth(write=True)
         if not rest or (rest[0] == "revision" and len(rest) >= 2):
             rev = "/".join(rest[1:]) if rest else "main"
             return self.send_json(self.repo_info(repo, rev))
-        op = rest[0]
+        op, args = rest[0], rest[1:]
         if op == "auth-check":
-            if rest[1:] == ["write"]:
+            if args == ["write"]:
                 self.check_auth(write=True)
             return self.send_json({})
-        if op == "refs" and m == "GET":
-            out = {
-                "branches": [
-                    {"name": b, "ref": f"refs/heads/{b}", "targetCommit": c} for b, c in repo["branches"].items()
-                ],
-                "tags": [{"name": t, "ref": f"refs/tags/{t}", "targetCommit": c} for t, c in repo["tags"].items()],
-                "converts": [],
-            }
-            if q.get("include_prs"):
-                out["pullRequests"] = [{"name": p, "ref": p, "targetCommit": c} for p, c in repo["prs"].items()]
-            return self.send_json(out)
-        if op == "tree" and m == "GET" and len(rest) >= 2:
-            cid = st.resolve_rev(repo, rest[1])
-            path = "/".join(rest[2:])
-            recursive = q.get("recursive", ["false"])[0].lower() in ("1", "true")
-            return self.send_json(self.list_tree(repo["commits"][cid]["tree"], path, recursive, cid))
-        if op == "paths-info" and m == "POST" and len(rest) >= 2:
-            cid = st.resolve_rev(repo, "/".join(rest[1:]))
-            body = self.read_body().decode()
-            ct = self.headers.get("Content-Type", "")
-            if "json" in ct:
-                paths = json.loads(body).get("paths", [])
-            else:
-                paths = parse_qs(body).get("paths", [])
-            tree = repo["commits"][cid]["tree"]
-            out = []
-            for p in paths:
-                p = p.strip("/")
-                if p in tree:
-                    out.append(self.file_json(p, tree[p], cid))
-                elif any(k.startswith(p + "/") for k in tree) or p == "":
-                    out.append(self.folder_json(p))
-            return self.send_json(out)
-        if op == "commits" and m == "GET" and len(rest) >= 2:
-            cid = st.resolve_rev(repo, "/".join(rest[1:]))
-            out = []
-            while cid:
-                c = repo["commits"][cid]
-                out.append(
-                    {
-                        "id": cid,
-                        "title": c["title"],
-                        "message": c["message"],
-                        "date": c["date"],
-                        "authors": [{"user": self.cfg.user}],
-                    }
-                )
-                cid = c["parent"]
-            return self.send_json(out)
-        if op == "branch" and len(rest) >= 2:
-            self.check_auth(write=True)
-            name = "/".join(rest[1:])
-            with st.lock:
-                if m == "POST":
-                    body = json.loads(self.read_body() or b"{}")
-                    if name in repo["branches"]:
-                        raise HubError(409, None, f"Branch {name} already exists")
-                    repo["branches"][name] = st.resolve_rev(repo, body.get("startingPoint") or "main")
-                elif m == "DELETE":
-                    if name not in repo["branches"]:
-                        raise HubError(404, "RevisionNotFound", f"Branch {name} not found")
-                    del repo["branches"][name]
-                st.save(repo)
-            return self.send_json({})
-        if op == "tag" and len(rest) >= 2:
-            self.check_auth(write=True)
-            arg = "/".join(rest[1:])
-            with st.lock:
-                if m == "POST":
-                    body = json.loads(self.read_body() or b"{}")
-                    tag = body["tag"]
-                    if tag in repo["tags"]:
-                        raise HubError(409, None, f"Tag {tag} already exists")
-                    repo["tags"][tag] = st.resolve_rev(repo, arg)
-                elif m == "DELETE":
-                    if arg not in repo["tags"]:
-                        raise HubError(404, "RevisionNotFound", f"Tag {arg} not found")
-                    del repo["tags"][arg]
-                st.save(repo)
-            return self.send_json({})
-        if op == "preupload" and m == "POST":
-            self.check_auth(write=True)
-            rev = "/".join(rest[1:]) or "main"
-            body = json.loads(self.read_body() or b"{}")
-            tree = {}
-            try:
-                tree = repo["commits"][st.resolve_rev(repo, rev)]["tree"]
-            except HubError:
-                pass  # new branch
-            files = []
-            for f in body.get("files", []):
-                mode = self.upload_mode(f["path"], int(f.get("size", 0)), base64.b64decode(f.get("sample", "")))
-                cur = tree.get(f["path"])
-                oid = None
-                if cur is not None:
-                    oid = cur["sha256"] if mode == "lfs" else self.git_sha1_of_content(cur)
-                files.append({"path": f["path"], "uploadMode": mode, "shouldIgnore": False, "oid": oid})
-            return self.send_json({"files": files, "commitOid": None})
-        if op == "commit" and m == "POST":
-            self.check_auth(write=True)
-            return self.commit(repo, "/".join(rest[1:]) or "main", q)
-        if op == "super-squash" and m == "POST":
-            self.check_auth(write=True)
-            branch = "/".join(rest[1:]) or "main"
-            body = json.loads(self.read_body() or b"{}")
-            with st.lock:
-                head_c = repo["commits"][st.resolve_rev(repo, branch)]
-                cid = st.make_commit(repo, None, dict(head_c["tree"]), body.get("message", "Super-squash"), "")
-                repo["branches"][branch] = cid
-                st.save(repo)
-            return self.send_json({"commitOid": cid})
         if op.startswith("xet-") and op.endswith("-token"):
             raise HubError(501, None, "minihub does not implement Xet storage; set HF_HUB_DISABLE_XET=1 on the client")
-        raise HubError(404, None, f"Unknown repo API route {op}")
+        handler = self.REPO_ROUTES.get((op, m)) or self.REPO_ROUTES.get((op, None))
+        if handler is None or (op in self.NEEDS_ARGUMENT and not args):
+            raise HubError(404, None, f"Unknown repo API route {op}")
+        return getattr(self, handler)(repo, args, m, q)
+
+    def api_settings(self, rtype: str, rid: str) -> None:
+        self.check_auth(write=True)
+        body = json.loads(self.read_body() or b"{}")
+        with self.store.lock:
+            repo = self.store.get(rtype, rid)
+            if "private" in body:
+                repo["private"] = bool(body["private"])
+            if "visibility" in body:
+                repo["private"] = body["visibility"] != "public"
+            self.store.save(repo)
+        self.send_json({})
+
+    def api_refs(self, repo: dict, args: list[str], m: str, q: dict) -> None:
+        def refs(kind: str, prefix: str) -> list[dict]:
+            return [{"name": n, "ref": f"{prefix}{n}", "targetCommit": c} for n, c in repo[kind].items()]
+
+        out = {"branches": refs("branches", "refs/heads/"), "tags": refs("tags", "refs/tags/"), "converts": []}
+        if q.get("include_prs"):
+            out["pullRequests"] = refs("prs", "")
+        self.send_json(out)
+
+    def api_tree(self, repo: dict, args: list[str], m: str, q: dict) -> None:
+        cid = self.store.resolve_rev(repo, args[0])
+        recursive = q.get("recursive", ["false"])[0].lower() in ("1", "true")
+        self.send_json(self.list_tree(repo["commits"][cid]["tree"], "/".join(args[1:]), recursive, cid))
+
+    def api_paths_info(self, repo: dict, args: list[str], m: str, q: dict) -> None:
+        cid = self.store.resolve_rev(repo, "/".join(args))
+        body = self.read_body().decode()
+        if "json" in self.headers.get("Content-Type", ""):
+            paths = json.loads(body).get("paths", [])
+        else:
+            paths = parse_qs(body).get("paths", [])
+        tree = repo["commits"][cid]["tree"]
+        out = []
+        for p in (path.strip("/") for path in paths):
+            if p in tree:
+                out.append(self.file_json(p, tree[p], cid))
+            elif p == "" or any(k.startswith(p + "/") for k in tree):
+                out.append(self.folder_json(p))
+        self.send_json(out)
+
+    def api_commits(self, repo: dict, args: list[str], m: str, q: dict) -> None:
+        cid = self.store.resolve_rev(repo, "/".join(args))
+        out = []
+        while cid:
+            c = repo["commits"][cid]
+            authors = [{"user": self.cfg.user}]
+            out.append({"id": cid, "title": c["title"], "message": c["message"], "date": c["date"], "authors": authors})
+            cid = c["parent"]
+        self.send_json(out)
+
+    def edit_ref(self, repo: dict, kind: str, m: str, create_name: str | None, target_rev: str, delete_name: str):
+        """POST creates ref ``create_name`` at ``target_rev`` (409 if taken); DELETE removes ``delete_name``."""
+        self.check_auth(write=True)
+        label = kind[:-1].capitalize()  # "Branch" / "Tag"
+        with self.store.lock:
+            refs = repo[kind]
+            if m == "POST":
+                if create_name in refs:
+                    raise HubError(409, None, f"{label} {create_name} already exists")
+                refs[create_name] = self.store.resolve_rev(repo, target_rev)
+            elif m == "DELETE":
+                if delete_name not in refs:
+                    raise HubError(404, "RevisionNotFound", f"{label} {delete_name} not found")
+                del refs[delete_name]
+            self.store.save(repo)
+        self.send_json({})
+
+    def api_branch(self, repo: dict, args: list[str], m: str, q: dict) -> None:
+        name = "/".join(args)
+        body = json.loads(self.read_body() or b"{}") if m == "POST" else {}
+        self.edit_ref(repo, "branches", m, name, body.get("startingPoint") or "main", name)
+
+    def api_tag(self, repo: dict, args: list[str], m: str, q: dict) -> None:
+        rev_or_tag = "/".join(args)  # POST .../tag/{rev} with {"tag": name}; DELETE .../tag/{name}
+        body = json.loads(self.read_body() or b"{}") if m == "POST" else {}
+        self.edit_ref(repo, "tags", m, body.get("tag"), rev_or_tag, rev_or_tag)
+
+    def api_preupload(self, repo: dict, args: list[str], m: str, q: dict) -> None:
+        self.check_auth(write=True)
+        body = json.loads(self.read_body() or b"{}")
+        try:
+            tree = repo["commits"][self.store.resolve_rev(repo, "/".join(args) or "main")]["tree"]
+        except HubError:
+            tree = {}  # a new branch
+        files = []
+        for f in body.get("files", []):
+            mode = self.upload_mode(f["path"], int(f.get("size", 0)), base64.b64decode(f.get("sample", "")))
+            cur = tree.get(f["path"])
+            oid = None
+            if cur is not None:
+                oid = cur["sha256"] if mode == "lfs" else self.git_sha1_of_content(cur)
+            files.append({"path": f["path"], "uploadMode": mode, "shouldIgnore": False, "oid": oid})
+        self.send_json({"files": files, "commitOid": None})
+
+    def api_commit(self, repo: dict, args: list[str], m: str, q: dict) -> None:
+        self.check_auth(write=True)
+        self.commit(repo, "/".join(args) or "main", q)
+
+    def api_super_squash(self, repo: dict, args: list[str], m: str, q: dict) -> None:
+        self.check_auth(write=True)
+        branch = "/".join(args) or "main"
+        body = json.loads(self.read_body() or b"{}")
+        with self.store.lock:
+            head_c = repo["commits"][self.store.resolve_rev(repo, branch)]
+            cid = self.store.make_commit(repo, None, dict(head_c["tree"]), body.get("message", "Super-squash"), "")
+            repo["branches"][branch] = cid
+            self.store.save(repo)
+        self.send_json({"commitOid": cid})
 
     def git_sha1_of_content(self, entry: dict) -> str:
         with open(self.store.blob_path(entry["sha256"]), "rb") as f:

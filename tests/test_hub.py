@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +12,7 @@ import PIL.Image
 import pytest
 import torch
 import transformers
+from helpers import run_python
 from huggingface_hub import HfApi, ModelCard
 
 import hf_xcv
@@ -37,7 +37,7 @@ def sample_image() -> PIL.Image.Image:
 
 
 def fresh_process(code: str, env: dict[str, str]) -> str:
-    result = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env, capture_output=True, text=True)
+    result = run_python(code, env)
     assert result.returncode == 0, result.stderr[-4000:]
     return result.stdout
 

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-import textwrap
 
 import numpy as np
 import PIL.Image
 import torch
+from helpers import run_python
 
 import hf_xcv
 
@@ -23,12 +21,8 @@ socket.getaddrinfo = refuse
 """
 
 
-def run(code: str, env: dict[str, str]) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env, capture_output=True, text=True)
-
-
 def test_import_registers_everything_and_touches_no_network(subprocess_env):
-    result = run(
+    result = run_python(
         NO_NETWORK
         + """
 import hf_xcv
@@ -58,7 +52,7 @@ def test_auto_round_trip_in_a_fresh_process(tmp_path, subprocess_env):
     image.save(tmp_path / "image.png")
     with torch.no_grad():
         expected = model(processor(image, return_tensors="pt")["pixel_values"]).logits
-    result = run(
+    result = run_python(
         NO_NETWORK
         + f"""
 import json, PIL.Image, torch
@@ -80,7 +74,9 @@ print(json.dumps({{"class": type(model).__name__, "logits": logits.tolist()}}))
 
 def test_without_importing_hf_xcv_transformers_does_not_know_the_type(tmp_path, subprocess_env):
     hf_xcv.ViTConfig().save_pretrained(tmp_path)
-    result = run(f'from transformers import AutoConfig; AutoConfig.from_pretrained("{tmp_path}")', subprocess_env)
+    result = run_python(
+        f'from transformers import AutoConfig; AutoConfig.from_pretrained("{tmp_path}")', subprocess_env
+    )
     assert result.returncode != 0 and "xcv_vit" in result.stderr
 
 

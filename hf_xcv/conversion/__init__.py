@@ -15,6 +15,8 @@ import os
 from types import ModuleType
 from typing import Any
 
+from transformers.utils import cached_file
+
 from .checkpoint_io import (
     HUB_KWARGS,
     CorruptCheckpointError,
@@ -80,8 +82,6 @@ def convert_checkpoint(
 def _copy_processor_config(
     source: str | os.PathLike, staging: os.PathLike, processor_type: str, hub_kwargs: dict[str, Any]
 ) -> None:
-    from transformers.utils import cached_file
-
     file = cached_file(source, "preprocessor_config.json", _raise_exceptions_for_missing_entries=False, **hub_kwargs)
     if file is None:
         return
