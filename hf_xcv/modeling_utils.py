@@ -107,6 +107,12 @@ class XcvPreTrainedModel(PreTrainedModel):
         model._check_loading_info(info, path)
         return (model, info) if want_info else model
 
+    def _resolve_outputs(self, output_attentions: bool | None, output_hidden_states: bool | None) -> tuple[bool, bool]:
+        """The call's ``output_attentions`` / ``output_hidden_states``, falling back to the config's."""
+        attentions = self.config.output_attentions if output_attentions is None else output_attentions
+        hidden = self.config.output_hidden_states if output_hidden_states is None else output_hidden_states
+        return bool(attentions), bool(hidden)
+
     def _is_head_key(self, key: str) -> bool:
         prefix = self.base_model_prefix + "."
         key = key[len(prefix) :] if key.startswith(prefix) else key

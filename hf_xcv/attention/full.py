@@ -129,6 +129,8 @@ class FullAttention(AttentionCore):
             raise ValueError(
                 f"attn_implementation={implementation!r} takes no dense attention mask here; use 'sdpa' or 'eager'"
             )
+        if causal and q.shape[2] == 1:
+            causal = False  # one query aligned with the last key sees every key: no mask (the decoding step)
         if implementation == "eager":
             backend = eager_attention_forward
         else:

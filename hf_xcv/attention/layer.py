@@ -7,6 +7,7 @@ from typing import Any
 import torch
 from torch import nn
 from transformers import PretrainedConfig
+from transformers.cache_utils import Cache, EncoderDecoderCache
 
 from .registry import build_attention, check_capabilities
 
@@ -23,6 +24,7 @@ class MultiHeadAttention(nn.Module):
         dropout: dropout on the attention probabilities (training only).
         kv_size: width of the key/value inputs for cross-attention (defaults to ``hidden_size``).
         config: the owning model's config; its ``_attn_implementation`` picks the backend of ``full``.
+        layer_idx: index of the layer in its stack, the slot it uses in a key/value ``cache``.
     """
 
     def __init__(
@@ -35,6 +37,7 @@ class MultiHeadAttention(nn.Module):
         dropout: float = 0.0,
         kv_size: int | None = None,
         config: PretrainedConfig | None = None,
+        layer_idx: int | None = None,
     ):
         super().__init__()
         if hidden_size % num_heads:
@@ -46,6 +49,7 @@ class MultiHeadAttention(nn.Module):
         self.attention_type = attention_type
         self.config = config
         self.is_causal = False
+        self.layer_idx = layer_idx
         kv_size = hidden_size if kv_size is None else kv_size
         self.q_proj = nn.Linear(hidden_size, hidden_size, bias=qkv_bias)
         self.k_proj = nn.Linear(kv_size, hidden_size, bias=qkv_bias)
@@ -57,6 +61,27 @@ class MultiHeadAttention(nn.Module):
         batch, length, _ = x.shape
         return x.view(batch, length, self.num_heads, self.head_dim).transpose(1, 2)  # (B, H, L, D)
 
+    def _keys_values(self, source: torch.Tensor, cross: bool, cache: Cache | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Project keys and values of ``source``, or take them from / append them to a transformers ``cache``.
+
+        Self-attention appends this step's keys and values to the cache and attends over all of them;
+        cross-attention projects the encoder output once and reuses it on every later step.
+        """
+        layers = cache
+        if isinstance(cache, EncoderDecoderCache):
+            layers = cache.cross_attention_cache if cross else cache.self_attention_cache
+            if cross and cache.is_updated.get(self.layer_idx):
+                return layers.layers[self.layer_idx].keys, layers.layers[self.layer_idx].values
+        k = self._split_heads(self.k_proj(source))  # (B, H, Lk, D)
+        v = self._split_heads(self.v_proj(source))  # (B, H, Lk, D)
+        if layers is not None:
+            if self.layer_idx is None:
+                raise ValueError("a key/value cache needs the attention layer's layer_idx")
+            k, v = layers.update(k, v, self.layer_idx)  # (B, H, past + Lk, D)
+            if cross and isinstance(cache, EncoderDecoderCache):
+                cache.is_updated[self.layer_idx] = True
+        return k, v
+
     def forward(
         self,
         hidden_states: torch.Tensor,
@@ -66,8 +91,13 @@ class MultiHeadAttention(nn.Module):
         grid: tuple[int, int] | None = None,
         state: Any = None,
         output_attentions: bool = False,
+        cache: Cache | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None, Any]:
         """Attend from ``hidden_states`` (B, Lq, C) to itself or to ``key_value_states`` (B, Lk, C_kv).
+
+        With a ``cache`` (a transformers ``Cache``; an ``EncoderDecoderCache`` in a seq2seq decoder), keys and
+        values of earlier steps are reused: ``attention_mask`` then covers all past + current keys, and a
+        causal mask aligns the queries with the last keys.
 
         Returns the output (B, Lq, C), the attention probabilities (B, H, Lq, Lk) when
         ``output_attentions`` is set (else None), and the core's new state.
@@ -84,8 +114,7 @@ class MultiHeadAttention(nn.Module):
         )
         source = key_value_states if cross else hidden_states
         q = self._split_heads(self.q_proj(hidden_states))  # (B, H, Lq, D)
-        k = self._split_heads(self.k_proj(source))  # (B, H, Lk, D)
-        v = self._split_heads(self.v_proj(source))  # (B, H, Lk, D)
+        k, v = self._keys_values(source, cross, cache)  # (B, H, Lk, D) each
         out = self.core(
             q,
             k,

@@ -1,8 +1,9 @@
 """Conversion of other libraries' checkpoints into hf_xcv format, on disk or on load.
 
-A converter module defines ``SOURCE_MODEL_TYPE``, ``TARGET_MODEL_TYPE``, ``PROCESSOR_TYPE`` and
-``convert(config_dict, state_dict, for_task_model) -> (config_dict, state_dict, dropped_keys)``, built
-from its pure ``convert_config`` / ``convert_state_dict`` functions.
+A converter module defines ``SOURCE_MODEL_TYPE``, ``TARGET_MODEL_TYPE``, ``PROCESSOR_TYPE`` (the hf_xcv
+image processor that replaces the source's, or None), optionally ``COPIED_FILES`` (files such as tokenizers
+that travel unchanged) and ``convert(config_dict, state_dict, for_task_model) -> (config_dict, state_dict,
+dropped_keys)``, built from its pure ``convert_config`` / ``convert_state_dict`` functions.
 :func:`convert_checkpoint` runs one on a folder or Hub repo and writes the result atomically.
 """
 
@@ -12,6 +13,7 @@ import importlib
 import json
 import logging
 import os
+import shutil
 from types import ModuleType
 from typing import Any
 
@@ -34,6 +36,7 @@ logger = logging.getLogger(__name__)
 # (target hf_xcv model_type, source model_type) -> converter module
 CONVERTERS: dict[tuple[str, str], str] = {
     ("xcv_vit", "vit"): "hf_xcv.conversion.vit",
+    ("xcv_transformer", "marian"): "hf_xcv.conversion.marian",
 }
 
 
@@ -56,7 +59,8 @@ def convert_checkpoint(
 ) -> list[str]:
     """Convert the checkpoint at ``source`` (folder or Hub repo) into ``output_dir``; returns dropped keys.
 
-    Writes config.json, model.safetensors and, where the source has one, preprocessor_config.json.
+    Writes config.json, model.safetensors and, where the source has them, preprocessor_config.json and the
+    converter's ``COPIED_FILES`` (tokenizer, generation config).
     The folder appears complete or not at all. ``for_task_model`` says whether the result will feed a
     model with a task head (None: as the source's architecture says).
     """
@@ -75,7 +79,12 @@ def convert_checkpoint(
         save_safetensors(new_state_dict, staging / "model.safetensors")
         with open(staging / "config.json", "w") as handle:
             json.dump(new_config, handle, indent=2, sort_keys=True)
-        _copy_processor_config(source, staging, converter.PROCESSOR_TYPE, hub_kwargs)
+        if converter.PROCESSOR_TYPE is not None:
+            _copy_processor_config(source, staging, converter.PROCESSOR_TYPE, hub_kwargs)
+        for name in getattr(converter, "COPIED_FILES", ()):
+            file = cached_file(source, name, _raise_exceptions_for_missing_entries=False, **hub_kwargs)
+            if file is not None:
+                shutil.copyfile(file, staging / name)
     return dropped
 
 

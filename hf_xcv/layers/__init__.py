@@ -3,6 +3,16 @@
 from .drop_path import DropPath, drop_path
 from .mlp import Mlp
 from .patch_embed import PatchEmbed, to_pair
-from .pos_embed import resample_patch_pos_embed
+from .pos_embed import SINUSOIDAL_LAYOUTS, SinusoidalPositionEmbedding, resample_patch_pos_embed, sinusoidal_table
 
-__all__ = ["DropPath", "Mlp", "PatchEmbed", "drop_path", "resample_patch_pos_embed", "to_pair"]
+__all__ = [
+    "SINUSOIDAL_LAYOUTS",
+    "DropPath",
+    "Mlp",
+    "PatchEmbed",
+    "SinusoidalPositionEmbedding",
+    "drop_path",
+    "resample_patch_pos_embed",
+    "sinusoidal_table",
+    "to_pair",
+]

@@ -35,3 +35,39 @@ def resample_patch_pos_embed(
     patches = nn.functional.interpolate(patches.float(), size=tuple(new_grid), mode=mode, align_corners=False)
     patches = patches.to(pos_embed.dtype).permute(0, 2, 3, 1).reshape(1, new_grid[0] * new_grid[1], dim)
     return torch.cat([prefix, patches], dim=1)
+
+
+SINUSOIDAL_LAYOUTS = ("interleaved", "half")
+
+
+def sinusoidal_table(num_positions: int, dim: int, layout: str = "interleaved") -> torch.Tensor:
+    """Fixed sinusoidal position encodings of Vaswani et al. (2017), (num_positions, dim), float32.
+
+    Frequency i (0 <= i < ceil(dim / 2)) is ``10000 ** (-2i / dim)``. ``"interleaved"`` puts sin(pos * f_i)
+    at feature 2i and cos at 2i + 1, as in the paper; ``"half"`` puts every sine first and every cosine
+    after (the layout of Marian, fairseq and tensor2tensor). Computed in float64, then rounded once.
+    """
+    if layout not in SINUSOIDAL_LAYOUTS:
+        raise ValueError(f"layout={layout!r} is not allowed; allowed values: {list(SINUSOIDAL_LAYOUTS)}")
+    positions = torch.arange(num_positions, dtype=torch.float64)[:, None]  # (P, 1)
+    sin_freqs = 10000.0 ** (-torch.arange(0, dim, 2, dtype=torch.float64) / dim)  # (ceil(dim/2),)
+    cos_freqs = sin_freqs[: dim // 2]  # an odd dim has one cosine fewer
+    sin, cos = torch.sin(positions * sin_freqs), torch.cos(positions * cos_freqs)  # (P, ceil(dim/2)), (P, dim//2)
+    table = torch.empty(num_positions, dim, dtype=torch.float64)
+    if layout == "interleaved":
+        table[:, 0::2], table[:, 1::2] = sin, cos
+    else:
+        table[:, : sin.shape[1]], table[:, sin.shape[1] :] = sin, cos
+    return table.float()
+
+
+class SinusoidalPositionEmbedding(nn.Module):
+    """Looks positions up in a fixed :func:`sinusoidal_table`, kept as a non-persistent buffer (never saved)."""
+
+    def __init__(self, num_positions: int, dim: int, layout: str = "interleaved"):
+        super().__init__()
+        self.num_positions, self.dim, self.layout = num_positions, dim, layout
+        self.register_buffer("table", sinusoidal_table(num_positions, dim, layout), persistent=False)
+
+    def forward(self, position_ids: torch.Tensor) -> torch.Tensor:
+        return nn.functional.embedding(position_ids, self.table)

@@ -165,11 +165,6 @@ class ViTPreTrainedModel(XcvPreTrainedModel):
             if module.cls_token is not None:
                 init.trunc_normal_(module.cls_token, mean=0.0, std=std)
 
-    def _resolve_outputs(self, output_attentions: bool | None, output_hidden_states: bool | None) -> tuple[bool, bool]:
-        attentions = self.config.output_attentions if output_attentions is None else output_attentions
-        hidden = self.config.output_hidden_states if output_hidden_states is None else output_hidden_states
-        return bool(attentions), bool(hidden)
-
 
 class ViTModel(ViTPreTrainedModel):
     """The bare encoder: ``last_hidden_state`` (after the final LayerNorm) and the pooled features."""

@@ -1,0 +1,41 @@
+"""What every converter CLI shares: arguments, atomic conversion, optional verification that deletes a bad result."""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+from collections.abc import Callable
+
+from hf_xcv.conversion import convert_checkpoint
+
+# verify(source, converted, tolerance, revision) -> worst |delta|; raises ValueError above tolerance
+Verifier = Callable[[str, str, float, "str | None"], float]
+
+
+def run(argv: list[str] | None, description: str, target_model_type: str, verify: Verifier, source_name: str) -> None:
+    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--input", required=True, help=f"{source_name} checkpoint: folder or Hub repo id")
+    parser.add_argument("--output", required=True, help="folder to write the hf_xcv checkpoint to")
+    parser.add_argument("--revision", default=None, help="Hub revision of --input")
+    parser.add_argument("--overwrite", action="store_true", help="replace --output if it exists")
+    parser.add_argument("--verify", action="store_true", help="compare both models' outputs after converting")
+    parser.add_argument("--tolerance", type=float, default=1e-4)
+    args = parser.parse_args(argv)
+    hub_kwargs = {"revision": args.revision} if args.revision else {}
+    dropped = convert_checkpoint(args.input, args.output, target_model_type, overwrite=args.overwrite, **hub_kwargs)
+    note = f" (dropped {len(dropped)} keys: {dropped})" if dropped else ""
+    print(f"converted {args.input} -> {args.output}{note}")
+    if args.verify:
+        try:
+            delta = verify(args.input, args.output, args.tolerance, args.revision)
+        except ValueError as err:
+            shutil.rmtree(args.output, ignore_errors=True)
+            raise SystemExit(f"{err}; removed {args.output}") from err
+        print(f"verified: max |delta| = {delta:.3e}")
+
+
+def check_deltas(deltas: dict[str, float], tolerance: float) -> float:
+    worst = max(deltas.values())
+    if worst > tolerance:
+        raise ValueError(f"verification failed: max |delta| {deltas} > {tolerance:.1e}")
+    return worst
