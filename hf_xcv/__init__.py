@@ -6,6 +6,13 @@ no network.
 
 from .attention import available_attention_types, build_attention, register_attention
 from .auto import MODEL_TYPES, register_auto_classes
+from .models.transformer import (
+    TransformerConfig,
+    TransformerForConditionalGeneration,
+    TransformerModel,
+    TransformerPreTrainedModel,
+)
+from .models.transformer.tokenization_transformer import TransformerTokenizerFast, train_tokenizer
 from .models.vit import ViTConfig, ViTForImageClassification, ViTImageProcessor, ViTModel, ViTPreTrainedModel
 from .presets import PRESETS, preset_config
 
@@ -16,6 +23,11 @@ register_auto_classes()
 __all__ = [
     "MODEL_TYPES",
     "PRESETS",
+    "TransformerConfig",
+    "TransformerForConditionalGeneration",
+    "TransformerModel",
+    "TransformerPreTrainedModel",
+    "TransformerTokenizerFast",
     "ViTConfig",
     "ViTForImageClassification",
     "ViTImageProcessor",
@@ -25,4 +37,5 @@ __all__ = [
     "build_attention",
     "preset_config",
     "register_attention",
+    "train_tokenizer",
 ]

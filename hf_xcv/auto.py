@@ -4,9 +4,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from transformers import AutoConfig, AutoModel, AutoModelForImageClassification, PretrainedConfig
+from transformers import (
+    AutoConfig,
+    AutoModel,
+    AutoModelForImageClassification,
+    AutoModelForSeq2SeqLM,
+    AutoTokenizer,
+    PretrainedConfig,
+)
 from transformers.models.auto.image_processing_auto import IMAGE_PROCESSOR_MAPPING
 
+from .models.transformer import TransformerConfig, TransformerForConditionalGeneration, TransformerModel
+from .models.transformer.tokenization_transformer import TransformerTokenizerFast
 from .models.vit import ViTConfig, ViTForImageClassification, ViTImageProcessor, ViTModel
 
 
@@ -18,6 +27,7 @@ class ModelEntry:
     base_model: type
     heads: dict[str, type] = field(default_factory=dict)  # Auto class name -> model class
     image_processor: type | None = None
+    tokenizer: type | None = None
     test_preset: str = ""  # tiny preset the registry-driven tests build
 
     @property
@@ -35,14 +45,24 @@ MODEL_TYPES: dict[str, ModelEntry] = {
             image_processor=ViTImageProcessor,
             test_preset="vit-test-tiny",
         ),
+        ModelEntry(
+            config=TransformerConfig,
+            base_model=TransformerModel,
+            heads={"AutoModelForSeq2SeqLM": TransformerForConditionalGeneration},
+            tokenizer=TransformerTokenizerFast,
+            test_preset="transformer-test-tiny",
+        ),
     ]
 }
 
-_AUTO_HEADS = {"AutoModelForImageClassification": AutoModelForImageClassification}
+_AUTO_HEADS = {
+    "AutoModelForImageClassification": AutoModelForImageClassification,
+    "AutoModelForSeq2SeqLM": AutoModelForSeq2SeqLM,
+}
 
 
 def register_auto_classes() -> None:
-    """Make every hf_xcv model loadable through AutoConfig / AutoModel* / AutoImageProcessor."""
+    """Make every hf_xcv model loadable through AutoConfig / AutoModel* / AutoImageProcessor / AutoTokenizer."""
     for model_type, entry in MODEL_TYPES.items():
         AutoConfig.register(model_type, entry.config, exist_ok=True)
         AutoModel.register(entry.config, entry.base_model, exist_ok=True)
@@ -52,3 +72,5 @@ def register_auto_classes() -> None:
             # Registered on the mapping itself: AutoImageProcessor.register matches configs by class name and
             # would merge in transformers' processors of the same-named ViTConfig.
             IMAGE_PROCESSOR_MAPPING.register(entry.config, {"pil": entry.image_processor}, exist_ok=True)
+        if entry.tokenizer is not None:
+            AutoTokenizer.register(entry.config, fast_tokenizer_class=entry.tokenizer, exist_ok=True)

@@ -34,7 +34,21 @@ def _vit(hidden: int, layers: int, heads: int, mlp: int, patch: int = 16, image:
     )
 
 
+def _transformer(d_model: int, layers: int, heads: int, ffn: int, **more: Any) -> dict:
+    return dict(
+        d_model=d_model,
+        encoder_layers=layers,
+        decoder_layers=layers,
+        encoder_attention_heads=heads,
+        decoder_attention_heads=heads,
+        encoder_ffn_dim=ffn,
+        decoder_ffn_dim=ffn,
+        **more,
+    )
+
+
 _VIT_PAPER = "Dosovitskiy et al. 2020, Table 1"
+_TRANSFORMER_PAPER = "Vaswani et al. 2017, Tables 2-3"
 _DEIT_PAPER = "Touvron et al. 2021 (DeiT), ImageNet-1k only, 224px"
 
 PRESETS: dict[str, Preset] = {
@@ -64,6 +78,29 @@ PRESETS: dict[str, Preset] = {
     ),
     # Tiny configuration the registry-driven tests build for every model type (see MODEL_TYPES).
     "vit-test-tiny": Preset("xcv_vit", _vit(32, 2, 4, 64, patch=4, image=16), "test fixture"),
+    "transformer-base": Preset(
+        "xcv_transformer",
+        _transformer(512, 6, 8, 2048),
+        f"{_TRANSFORMER_PAPER}: base model, newstest2014 BLEU 27.3 EN-DE, 38.1 EN-FR",
+        "65M",
+    ),
+    "transformer-big": Preset(
+        "xcv_transformer",
+        _transformer(1024, 6, 16, 4096, dropout=0.3),
+        f"{_TRANSFORMER_PAPER}: big model, newstest2014 BLEU 28.4 EN-DE, 41.8 EN-FR (dropout 0.1 for EN-FR)",
+        "213M",
+    ),
+    # The translation demo: English -> French number words, trains in minutes on 2 CPU cores.
+    "transformer-numbers": Preset(
+        "xcv_transformer",
+        _transformer(128, 3, 4, 512, vocab_size=1000, max_position_embeddings=128),
+        "hf_xcv demo on the built-in number corpus (see README for the measured BLEU)",
+    ),
+    "transformer-test-tiny": Preset(
+        "xcv_transformer",
+        _transformer(32, 2, 4, 64, vocab_size=300, max_position_embeddings=64, dropout=0.0),
+        "test fixture",
+    ),
 }
 
 

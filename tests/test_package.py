@@ -26,14 +26,20 @@ def test_import_registers_everything_and_touches_no_network(subprocess_env):
         NO_NETWORK
         + """
 import hf_xcv
-from transformers import AutoConfig, AutoModel, AutoModelForImageClassification
+import transformers
+from transformers import AutoConfig, AutoModel
 from transformers.models.auto.image_processing_auto import IMAGE_PROCESSOR_MAPPING
+from transformers.models.auto.tokenization_auto import TOKENIZER_MAPPING
 for model_type, entry in hf_xcv.MODEL_TYPES.items():
     config = AutoConfig.for_model(model_type)
     assert type(config) is entry.config
     assert type(AutoModel.from_config(config)) is entry.base_model
-    assert type(AutoModelForImageClassification.from_config(config)) is entry.heads["AutoModelForImageClassification"]
-    assert IMAGE_PROCESSOR_MAPPING[entry.config]["pil"] is entry.image_processor
+    for auto_name, head in entry.heads.items():
+        assert type(getattr(transformers, auto_name).from_config(config)) is head
+    if entry.image_processor is not None:
+        assert IMAGE_PROCESSOR_MAPPING[entry.config]["pil"] is entry.image_processor
+    if entry.tokenizer is not None:
+        assert TOKENIZER_MAPPING[entry.config] is entry.tokenizer
 print("ok")
 """,
         subprocess_env,

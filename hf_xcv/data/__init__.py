@@ -7,6 +7,7 @@ from .image_classification import (
     image_classification_transform,
     random_shift,
 )
+from .translation import load_number_translation_dataset, tokenize_translation_batch
 
 __all__ = [
     "DIGIT_NAMES",
@@ -14,5 +15,7 @@ __all__ = [
     "encode_labels",
     "image_classification_transform",
     "load_digits_dataset",
+    "load_number_translation_dataset",
     "random_shift",
+    "tokenize_translation_batch",
 ]

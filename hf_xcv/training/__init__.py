@@ -1,14 +1,17 @@
-"""Pieces the training scripts share: run folders, atomic checkpoints, model cards, Hub upload."""
+"""Pieces the training scripts share: run folders, atomic checkpoints, model cards, Hub upload, schedules."""
 
 from .checkpointing import CheckpointManager, TrainerState, check_output_dir, prepare_output_dir
 from .hub import push_folder_to_hub
 from .model_card import MeasuredResult, build_model_card, write_model_card
+from .schedules import get_noam_schedule, noam_factor
 
 __all__ = [
     "CheckpointManager",
     "MeasuredResult",
     "TrainerState",
     "build_model_card",
+    "get_noam_schedule",
+    "noam_factor",
     "check_output_dir",
     "prepare_output_dir",
     "push_folder_to_hub",

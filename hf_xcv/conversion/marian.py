@@ -1,0 +1,175 @@
+"""transformers' Marian checkpoints (model_type ``marian``, the opus-mt family) -> hf_xcv Transformer.
+
+Marian is the paper's post-LN encoder-decoder with half-sin/half-cos positions and a bias on the output
+projection (``final_logits_bias``). Every key is renamed or explicitly dropped:
+
+* ``model.shared`` (joint vocabulary) becomes the encoder's token embeddings, which the decoder and the
+  output projection tie to; copies of it under ``encoder/decoder.embed_tokens`` and a tied ``lm_head`` are
+  dropped after checking that they are copies;
+* ``embed_positions`` are dropped after checking that they are the sinusoids hf_xcv recomputes;
+* ``encoder_attn`` -> ``cross_attn``, ``out_proj`` -> ``o_proj``, ``fc1/fc2`` -> ``mlp.fc1/fc2``,
+  ``final_logits_bias`` (1, V) -> ``lm_head.bias`` (V,).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import torch
+
+from ..layers import sinusoidal_table
+from .rules import Rule, rename_keys
+
+logger = logging.getLogger(__name__)
+
+SOURCE_MODEL_TYPE = "marian"
+TARGET_MODEL_TYPE = "xcv_transformer"
+PROCESSOR_TYPE = None
+# Marian's tokenizer (sentencepiece models + vocabularies) and generation settings travel unchanged, so
+# AutoTokenizer and generate() behave as with the source repo.
+COPIED_FILES = (
+    "source.spm",
+    "target.spm",
+    "vocab.json",
+    "target_vocab.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "tokenizer.json",
+    "generation_config.json",
+)
+
+_P = r"^(model\.)?"  # MarianMTModel keys carry the base model's prefix; MarianModel keys do not
+_WB = r"(weight|bias)"
+_STACK = _P + r"(encoder|decoder)\.layers\.(\d+)\."
+
+RULES: list[Rule] = [
+    (_STACK + r"(self_attn|encoder_attn)\.(q|k|v)_proj\." + _WB, r"\1\2.layers.\3.\4.\5_proj.\6"),
+    (_STACK + r"(self_attn|encoder_attn)\.out_proj\." + _WB, r"\1\2.layers.\3.\4.o_proj.\5"),
+    (_STACK + r"(self_attn_layer_norm|encoder_attn_layer_norm|final_layer_norm)\." + _WB, r"\1\2.layers.\3.\4.\5"),
+    (_STACK + r"(fc1|fc2)\." + _WB, r"\1\2.layers.\3.mlp.\4.\5"),
+    (_P + r"(encoder|decoder)\.embed_tokens\.weight", r"\1\2.embed_tokens.weight"),
+    (r"lm_head\.weight", r"lm_head.weight"),
+    (r"final_logits_bias", r"lm_head.bias"),
+]
+_RENAMED_MODULES = [("encoder_attn_layer_norm", "cross_attn_layer_norm"), ("encoder_attn", "cross_attn")]
+
+_SOURCE_DEFAULTS: dict[str, Any] = {  # MarianConfig defaults, for configs saved without some field
+    "vocab_size": 58101,
+    "max_position_embeddings": 1024,
+    "encoder_layers": 12,
+    "encoder_ffn_dim": 4096,
+    "encoder_attention_heads": 16,
+    "decoder_layers": 12,
+    "decoder_ffn_dim": 4096,
+    "decoder_attention_heads": 16,
+    "activation_function": "gelu",
+    "d_model": 1024,
+    "dropout": 0.1,
+    "attention_dropout": 0.0,
+    "activation_dropout": 0.0,
+    "init_std": 0.02,
+    "decoder_start_token_id": 58100,
+    "scale_embedding": False,
+    "pad_token_id": 58100,
+    "eos_token_id": 0,
+    "bos_token_id": None,
+    "share_encoder_decoder_embeddings": True,
+    "tie_word_embeddings": True,
+    "use_cache": True,
+}
+_PASSED_THROUGH = ("forced_eos_token_id", "dtype", "torch_dtype")
+_ARCHITECTURES = {
+    "MarianMTModel": "TransformerForConditionalGeneration",
+    "MarianModel": "TransformerModel",
+}
+
+
+def convert_config(source: dict[str, Any]) -> dict[str, Any]:
+    """transformers Marian config dict -> hf_xcv TransformerConfig dict."""
+    if source.get("model_type") != SOURCE_MODEL_TYPE:
+        raise ValueError(f"expected a config of model_type {SOURCE_MODEL_TYPE!r}, got {source.get('model_type')!r}")
+    out: dict[str, Any] = {key: source.get(key, default) for key, default in _SOURCE_DEFAULTS.items()}
+    out["decoder_vocab_size"] = source.get("decoder_vocab_size") or out["vocab_size"]
+    out.update({key: source[key] for key in _PASSED_THROUGH if key in source})
+    if source.get("encoder_layerdrop") or source.get("decoder_layerdrop"):
+        logger.warning(
+            "hf_xcv's Transformer has no LayerDrop; encoder/decoder_layerdrop are dropped (inference is unaffected)"
+        )
+    out.update(
+        model_type=TARGET_MODEL_TYPE,
+        position_embedding_type="sinusoidal",
+        sinusoidal_layout="half",
+        normalize_before=False,
+        layer_norm_eps=1e-5,  # nn.LayerNorm's default, which Marian uses
+        lm_head_bias=True,
+        label_smoothing=0.0,  # MarianMTModel's loss is plain cross-entropy; keep it for equal losses
+    )
+    architectures = [_ARCHITECTURES[a] for a in source.get("architectures") or [] if a in _ARCHITECTURES]
+    if architectures:
+        out["architectures"] = architectures
+    return out
+
+
+def _check_copy(state_dict: dict[str, torch.Tensor], key: str, reference: torch.Tensor, what: str) -> None:
+    if key in state_dict and not torch.equal(state_dict[key], reference):
+        raise ValueError(f"checkpoint key {key} differs from {what}, although the config says they are tied")
+
+
+def _check_positions(state_dict: dict[str, torch.Tensor], key: str) -> None:
+    table = state_dict[key]
+    expected = sinusoidal_table(table.shape[0], table.shape[1], "half").to(table.dtype)
+    if not torch.allclose(table.float(), expected.float(), atol=1e-4):
+        raise ValueError(f"{key} is not Marian's fixed sinusoidal table; hf_xcv cannot take learned positions here")
+
+
+def convert_state_dict(
+    state_dict: dict[str, torch.Tensor], config: dict[str, Any]
+) -> tuple[dict[str, torch.Tensor], list[str]]:
+    """Marian state dict -> hf_xcv Transformer state dict, and the keys deliberately dropped.
+
+    ``config`` is the *source* Marian config dict (it says which embeddings are shared or tied).
+    """
+    prefix = "model." if any(key.startswith("model.") for key in state_dict) else ""
+    state_dict = dict(state_dict)
+    dropped: list[str] = []
+    for key in [k for k in state_dict if k.endswith("embed_positions.weight")]:
+        _check_positions(state_dict, key)
+        dropped.append(key)
+        del state_dict[key]
+    share = config.get("share_encoder_decoder_embeddings", True)
+    if share:
+        shared_key = f"{prefix}shared.weight"
+        encoder_key = f"{prefix}encoder.embed_tokens.weight"
+        shared = state_dict.pop(shared_key, None)
+        if shared is None:
+            shared = state_dict.get(encoder_key)
+        else:  # moved, not dropped
+            _check_copy(state_dict, encoder_key, shared, shared_key)
+            state_dict[encoder_key] = shared
+        decoder_key = f"{prefix}decoder.embed_tokens.weight"
+        if decoder_key in state_dict:
+            _check_copy(state_dict, decoder_key, shared, "the shared embeddings")
+            dropped.append(decoder_key)
+            del state_dict[decoder_key]
+    if config.get("tie_word_embeddings", True) and "lm_head.weight" in state_dict:
+        source = f"{prefix}{'encoder' if share else 'decoder'}.embed_tokens.weight"
+        if source in state_dict:
+            _check_copy(state_dict, "lm_head.weight", state_dict[source], source)
+        dropped.append("lm_head.weight")
+        del state_dict["lm_head.weight"]
+    if "final_logits_bias" in state_dict:
+        state_dict["final_logits_bias"] = state_dict["final_logits_bias"].reshape(-1)  # (1, V) -> (V,)
+    renamed, more_dropped = rename_keys(state_dict, RULES)
+    for old, new in _RENAMED_MODULES:
+        renamed = {key.replace(f".{old}.", f".{new}."): value for key, value in renamed.items()}
+    return renamed, dropped + more_dropped
+
+
+def convert(
+    config: dict[str, Any], state_dict: dict[str, torch.Tensor], for_task_model: bool | None = None
+) -> tuple[dict[str, Any], dict[str, torch.Tensor], list[str]]:
+    """Config and weights together. A MarianMTModel checkpoint fed to a bare ``TransformerModel`` keeps its
+    output projection as a head the model ignores (it is a task-head weight)."""
+    new_state_dict, dropped = convert_state_dict(state_dict, config)
+    return convert_config(config), new_state_dict, dropped
