@@ -1,41 +1,30 @@
-"""The training script's building blocks, called directly (no training)."""
+"""The training scripts' building blocks, called directly (no training)."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-
 import pytest
 from datasets import Dataset, DatasetDict
+from helpers import load_script
 from PIL import Image
+from transformers import MarianConfig, MarianMTModel
 
 import hf_xcv
 
 
 @pytest.fixture(scope="module")
 def script(repo_root):
-    spec = importlib.util.spec_from_file_location(
-        "train_image_classification", repo_root / "training" / "train_image_classification.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+    return load_script(repo_root / "training" / "train_image_classification.py")
 
 
-def test_overrides_parse_pairs_and_json(script):
-    assert script.parse_overrides("hidden_dropout_prob=0.1,pooling=mean,qkv_bias=false") == {
-        "hidden_dropout_prob": 0.1,
-        "pooling": "mean",
-        "qkv_bias": False,
-    }
-    assert script.parse_overrides('{"image_size": [32, 32], "attention_kwargs": {}}') == {
-        "image_size": [32, 32],
-        "attention_kwargs": {},
-    }
-    assert script.parse_overrides(None) == {}
-    with pytest.raises(ValueError, match="key=value"):
-        script.parse_overrides("dropout")
+@pytest.fixture(scope="module")
+def translation(repo_root):
+    return load_script(repo_root / "training" / "train_translation.py")
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    sentences = ["one hundred and two", "cent deux", "forty-one thousand", "quarante et un mille"] * 5
+    return hf_xcv.train_tokenizer(sentences, vocab_size=300)
 
 
 def test_a_saved_dataset_with_plain_integer_labels_gets_correct_names(script, tmp_path):
@@ -65,3 +54,50 @@ def test_fine_tuning_takes_overrides_and_refuses_a_preset_too(script, tmp_path):
         )
     with pytest.raises(ValueError, match=r"has no field \['drop_pth_rate'\]"):
         script.build_model_and_processor(script.ModelArguments(config_overrides="drop_pth_rate=0.1"), ["a", "b"])
+
+
+def test_a_saved_translation_dataset_is_checked_and_cut(translation, tmp_path):
+    pairs = [{"en": f"{n}", "fr": f"{n}!"} for n in range(6)]
+    splits = {"train": pairs, "validation": pairs[:2], "test": pairs[2:4]}
+    DatasetDict({k: Dataset.from_dict({"translation": v}) for k, v in splits.items()}).save_to_disk(tmp_path / "ok")
+    data = translation.load_data(translation.DataArguments(dataset=str(tmp_path / "ok"), max_train_samples=3))
+    assert len(data["train"]) == 3 and translation.side(data["test"], "fr") == ["2!", "3!"]
+    with pytest.raises(ValueError, match="has no 'dev' split"):
+        translation.load_data(translation.DataArguments(dataset=str(tmp_path / "ok"), eval_split="dev"))
+    DatasetDict({k: Dataset.from_dict({"text": ["a"]}) for k in splits}).save_to_disk(tmp_path / "plain")
+    with pytest.raises(ValueError, match="no 'translation' column"):
+        translation.load_data(translation.DataArguments(dataset=str(tmp_path / "plain")))
+
+
+def test_a_fresh_translation_model_takes_vocabulary_and_token_ids_from_the_tokenizer(translation, tokenizer):
+    args = translation.ModelArguments(preset="transformer-test-tiny", config_overrides="dropout=0.0")
+    config = translation.build_model(args, tokenizer).config
+    assert config.vocab_size == config.decoder_vocab_size == len(tokenizer)
+    assert (config.pad_token_id, config.eos_token_id, config.decoder_start_token_id) == (0, 2, 1)
+    assert config.dropout == 0.0
+    with pytest.raises(ValueError, match=r"has no field \['dropot'\]"):
+        translation.build_model(translation.ModelArguments(config_overrides="dropot=0.1"), tokenizer)
+
+
+def test_fine_tuning_a_marian_checkpoint_converts_it_and_checks_the_vocabulary(translation, tokenizer, tmp_path):
+    def marian(vocab_size: int, folder):
+        config = MarianConfig(
+            vocab_size=vocab_size, d_model=16, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
+            decoder_attention_heads=2, encoder_ffn_dim=32, decoder_ffn_dim=32, max_position_embeddings=32,
+            pad_token_id=0, decoder_start_token_id=0, eos_token_id=2,
+        )  # fmt: skip
+        MarianMTModel(config).save_pretrained(folder)
+        return str(folder)
+
+    args = translation.ModelArguments(model_name_or_path=marian(400, tmp_path / "big"), config_overrides="dropout=0.3")
+    model = translation.build_model(args, tokenizer)
+    assert isinstance(model, hf_xcv.TransformerForConditionalGeneration) and model.config.dropout == 0.3
+    with pytest.raises(ValueError, match="more than the model's vocabulary"):
+        translation.build_model(
+            translation.ModelArguments(model_name_or_path=marian(100, tmp_path / "small")), tokenizer
+        )
+    with pytest.raises(ValueError, match="either --preset or --model_name_or_path"):
+        translation.build_model(
+            translation.ModelArguments(preset="transformer-numbers", model_name_or_path=args.model_name_or_path),
+            tokenizer,
+        )

@@ -1,40 +1,24 @@
-"""training/train_image_classification.py: runs, resumes exactly, runs data-parallel, guards its folder."""
+"""training/train_image_classification.py: runs, resumes exactly, runs data-parallel (guards: test_training_scripts)."""
 
 from __future__ import annotations
 
 import json
-import socket
-import subprocess
-import sys
+from functools import partial
 from pathlib import Path
 
 import pytest
 import torch
 import yaml
+from helpers import accelerate_launcher, check, run_script
 from safetensors.torch import load_file
 
 SCRIPT = Path(__file__).resolve().parents[1] / "training" / "train_image_classification.py"
+run = partial(run_script, SCRIPT)
 # Small and quick: 256 training images in batches of 32 = 8 batches an epoch.
 QUICK = [
     "--max_train_samples", "256", "--per_device_train_batch_size", "32", "--eval_every_epochs", "0",
     "--disable_tqdm", "--preset", "vit-test-tiny",
 ]  # fmt: skip
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def run_script(args: list[str], env: dict[str, str], launcher: list[str] | None = None) -> subprocess.CompletedProcess:
-    command = (launcher or [sys.executable]) + [str(SCRIPT), *args]
-    return subprocess.run(command, env=env, capture_output=True, text=True)
-
-
-def check(result: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
-    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
-    return result
 
 
 @pytest.fixture(scope="module")
@@ -49,11 +33,7 @@ def module_env(tmp_path_factory):
 @pytest.fixture(scope="module")
 def finished_run(tmp_path_factory, module_env):
     out = tmp_path_factory.mktemp("runs") / "digits"
-    check(
-        run_script(
-            ["--output_dir", str(out), "--max_train_steps", "10", "--checkpointing_steps", "4", *QUICK], module_env
-        )
-    )
+    check(run(["--output_dir", str(out), "--max_train_steps", "10", "--checkpointing_steps", "4", *QUICK], module_env))
     return out
 
 
@@ -76,29 +56,10 @@ def test_a_run_leaves_a_hub_ready_folder_with_a_model_card(finished_run):
     assert sorted(p.name for p in checkpoints.iterdir() if p.is_dir()) == ["step-00000004", "step-00000008"]
 
 
-def test_refuses_a_folder_holding_a_run_unless_told(finished_run, module_env, tmp_path):
-    result = run_script(["--output_dir", str(finished_run), "--max_train_steps", "2", *QUICK], module_env)
-    assert result.returncode != 0 and "already holds a run" in result.stderr
-    stranger = tmp_path / "not-a-run"
-    stranger.mkdir()
-    (stranger / "thesis.tex").write_text("precious")
-    result = run_script(
-        ["--output_dir", str(stranger), "--overwrite_output_dir", "--max_train_steps", "2", *QUICK], module_env
-    )
-    assert result.returncode != 0 and "is not an hf_xcv run" in result.stderr
-    assert (stranger / "thesis.tex").read_text() == "precious"
-
-
 def test_overwrite_starts_afresh(module_env, tmp_path):
     out = tmp_path / "run"
-    check(
-        run_script(
-            ["--output_dir", str(out), "--max_train_steps", "4", "--checkpointing_steps", "2", *QUICK], module_env
-        )
-    )
-    check(
-        run_script(["--output_dir", str(out), "--overwrite_output_dir", "--max_train_steps", "3", *QUICK], module_env)
-    )
+    check(run(["--output_dir", str(out), "--max_train_steps", "4", "--checkpointing_steps", "2", *QUICK], module_env))
+    check(run(["--output_dir", str(out), "--overwrite_output_dir", "--max_train_steps", "3", *QUICK], module_env))
     assert json.loads((out / "all_results.json").read_text())["completed_steps"] == 3
     assert not (out / "checkpoints" / "step-00000002").exists()
 
@@ -113,11 +74,11 @@ def test_resumed_run_ends_with_the_weights_of_an_uninterrupted_one(module_env, t
         "--config_overrides", "hidden_dropout_prob=0.1,attention_probs_dropout_prob=0.1,drop_path_rate=0.2",
     ]  # fmt: skip
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
-    check(run_script(["--output_dir", str(straight), *common], module_env))
-    check(run_script(["--output_dir", str(resumed), "--stop_after_steps", "7", *common], module_env))
+    check(run(["--output_dir", str(straight), *common], module_env))
+    check(run(["--output_dir", str(resumed), "--stop_after_steps", "7", *common], module_env))
     assert not (resumed / "model.safetensors").exists()  # stopped like a killed run: no final model
     assert (resumed / "checkpoints" / "LATEST").read_text().strip() == "step-00000006"
-    log = check(run_script(["--output_dir", str(resumed), "--resume_from_checkpoint", "latest", *common], module_env))
+    log = check(run(["--output_dir", str(resumed), "--resume_from_checkpoint", "latest", *common], module_env))
     assert "resumed from" in log.stdout and "step 6" in log.stdout
     assert json.loads((straight / "config.json").read_text())["drop_path_rate"] == 0.2
     a, b = load_file(straight / "model.safetensors"), load_file(resumed / "model.safetensors")
@@ -126,22 +87,11 @@ def test_resumed_run_ends_with_the_weights_of_an_uninterrupted_one(module_env, t
         assert torch.equal(a[key], b[key]), key
 
 
-def test_resume_without_a_checkpoint_says_so(module_env, tmp_path):
-    out = tmp_path / "empty"
-    result = run_script(["--output_dir", str(out), "--resume_from_checkpoint", "latest", *QUICK], module_env)
-    assert result.returncode != 0 and "no complete checkpoint" in result.stderr
-
-
 def test_two_process_data_parallel_run_on_cpu(module_env, tmp_path):
     """`accelerate launch --multi_gpu --num_processes 2` starts two gloo processes on a CPU machine."""
     out = tmp_path / "ddp"
-    launcher = [
-        sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
-        "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
-        "--main_process_port", str(free_port()),
-    ]  # fmt: skip
-    check(run_script(["--output_dir", str(out), "--max_train_steps", "4", "--checkpointing_steps", "2", *QUICK],
-                     module_env, launcher))  # fmt: skip
+    args = ["--output_dir", str(out), "--max_train_steps", "4", "--checkpointing_steps", "2", *QUICK]
+    check(run(args, module_env, accelerate_launcher(2)))
     results = json.loads((out / "all_results.json").read_text())
     assert results["world_size"] == 2
     assert results["test"]["num_samples"] == 179  # gathered from both processes, no duplicates
@@ -154,9 +104,5 @@ def test_two_process_data_parallel_run_on_cpu(module_env, tmp_path):
 
 def test_bf16_mixed_precision_runs(module_env, tmp_path):
     out = tmp_path / "bf16"
-    check(
-        run_script(
-            ["--output_dir", str(out), "--max_train_steps", "2", "--mixed_precision", "bf16", *QUICK], module_env
-        )
-    )
+    check(run(["--output_dir", str(out), "--max_train_steps", "2", "--mixed_precision", "bf16", *QUICK], module_env))
     assert json.loads((out / "all_results.json").read_text())["completed_steps"] == 2

@@ -10,10 +10,18 @@ from typing import Any
 
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
-_CONFIG_FIELDS = (
+_VISION_FIELDS = (
     "image_size", "patch_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
     "intermediate_size", "pooling", "attention_type",
 )  # fmt: skip
+# The config fields of the card's "Model" table, per model_type (other types: the vision fields they have).
+_CONFIG_FIELDS = {
+    "xcv_transformer": (
+        "vocab_size", "d_model", "encoder_layers", "decoder_layers", "encoder_attention_heads",
+        "encoder_ffn_dim", "decoder_ffn_dim", "dropout", "label_smoothing", "position_embedding_type",
+        "normalize_before", "attention_type",
+    ),
+}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -55,8 +63,15 @@ def build_model_card(
     task_type: str = "image-classification",
     pipeline_tag: str = "image-classification",
     license: str = "apache-2.0",
+    tags: Sequence[str] = ("vision",),
+    language: Sequence[str] | None = None,
+    template_vars: Mapping[str, Any] | None = None,
 ) -> ModelCard:
-    """Render ``template_path`` with the model's facts and a model-index of ``results``."""
+    """Render ``template_path`` with the model's facts and a model-index of ``results``.
+
+    ``tags`` are added to hf_xcv, the model type and the task; ``language`` lists the languages of a text model;
+    ``template_vars`` are further variables of the template.
+    """
     if not results:
         raise ValueError("a model card needs at least one measured result")
     for result in results:
@@ -69,7 +84,8 @@ def build_model_card(
         library_name="transformers",
         pipeline_tag=pipeline_tag,
         license=license,
-        tags=["hf_xcv", config.model_type, task_type, "vision"],
+        language=list(language) if language else None,
+        tags=["hf_xcv", config.model_type, task_type, *tags],
         datasets=[dataset_id],
         metrics=sorted({r.metric for r in results}),
         eval_results=[
@@ -95,10 +111,15 @@ def build_model_card(
         dataset_name=dataset_name,
         dataset_split=results[0].split,
         results=[{"split": r.split, "metric": r.metric, "value": f"{r.value:.4f}"} for r in results],
-        config_rows=[(key, getattr(config, key)) for key in _CONFIG_FIELDS if hasattr(config, key)],
+        config_rows=[
+            (key, getattr(config, key))
+            for key in _CONFIG_FIELDS.get(config.model_type, _VISION_FIELDS)
+            if hasattr(config, key)
+        ],
         hyperparameters=list(hyperparameters.items()),
         command=command,
         versions=_versions(),
+        **(template_vars or {}),
     )
 
 
