@@ -20,7 +20,7 @@ from datasets import Dataset, load_from_disk
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 import hf_xcv  # noqa: F401  (registers the hf_xcv model types)
-from hf_xcv.data import load_number_translation_dataset
+from hf_xcv.data import load_number_translation_dataset, translation_texts
 from hf_xcv.metrics import Bleu, ChrF
 
 RUN_MARKER = "xcv_run.json"
@@ -67,8 +67,7 @@ def main() -> None:
     print(f"model card: test BLEU {recorded['bleu']:.2f}, chrF {recorded['chrf']:.2f}")
 
     split, source, target, batch_size = held_out_split(args.folder)
-    sources = [pair[source] for pair in split["translation"]]
-    references = [pair[target] for pair in split["translation"]]
+    sources, references = translation_texts(split, source), translation_texts(split, target)
     hypotheses = translate(model, tokenizer, sources, batch_size, args.num_beams)
     bleu = Bleu().compute(predictions=hypotheses, references=references)["score"]
     chrf = ChrF().compute(predictions=hypotheses, references=references)["score"]

@@ -13,7 +13,7 @@ import transformers
 from transformers import MarianConfig, MarianModel, MarianMTModel, MarianTokenizer
 
 import hf_xcv
-from hf_xcv.conversion import CorruptCheckpointError
+from hf_xcv.conversion import CorruptCheckpointError, convert_checkpoint
 from hf_xcv.conversion.marian import convert_config, convert_state_dict
 
 CORPUS = [
@@ -205,6 +205,45 @@ def test_a_marian_on_the_hub_converts_on_load():
         )
 
 
+def test_an_old_style_folder_gets_its_tokenizer_class_and_generation_settings(marian_dir, tmp_path):
+    """Folders from Marian's conversion script: no tokenizer_class, generation settings inside config.json."""
+    old = tmp_path / "old"
+    old.mkdir()
+    for item in marian_dir.iterdir():
+        (old / item.name).write_bytes(item.read_bytes())
+    (old / "generation_config.json").unlink()
+    (old / "tokenizer_config.json").write_text(json.dumps({"source_lang": "en", "target_lang": "fr"}))
+    config = json.loads((old / "config.json").read_text())
+    config.update(bad_words_ids=[[59]], num_beams=3, max_length=12)
+    (old / "config.json").write_text(json.dumps(config))
+    theirs = MarianMTModel.from_pretrained(old).eval()
+    out = tmp_path / "converted"
+    convert_checkpoint(old, out, "xcv_transformer")
+    assert type(transformers.AutoTokenizer.from_pretrained(out)) is MarianTokenizer
+    ours = hf_xcv.TransformerForConditionalGeneration.from_pretrained(out).eval()
+    settings = ours.generation_config
+    assert (settings.num_beams, settings.bad_words_ids, settings.max_length) == (3, [[59]], 12)
+    with torch.no_grad():
+        assert torch.equal(theirs.generate(**batch()), ours.generate(**batch()))
+
+
+def test_untied_checkpoints_of_transformers_5_convert_with_separate_embeddings(tmp_path):
+    theirs = random_marian(seed=5, tie_word_embeddings=False)  # transformers 5 then unties every embedding
+    theirs.save_pretrained(tmp_path)
+    ours = hf_xcv.TransformerForConditionalGeneration.from_pretrained(tmp_path).eval()
+    assert not ours.config.share_encoder_decoder_embeddings and not ours.config.tie_word_embeddings
+    decoder_input_ids = torch.randint(0, 60, (3, 5))
+    with torch.no_grad():
+        a = theirs(**batch(), decoder_input_ids=decoder_input_ids).logits
+        b = ours(**batch(), decoder_input_ids=decoder_input_ids).logits
+    assert (a - b).abs().max().item() <= 1e-4
+
+
+def test_a_stale_decoder_vocab_size_is_ignored_when_embeddings_are_shared():
+    config = convert_config(marian_config(decoder_vocab_size=70).to_dict())
+    assert config["decoder_vocab_size"] == config["vocab_size"] == 60
+
+
 def test_state_dict_mapping_accounts_for_every_key():
     theirs = random_marian()
     config = theirs.config.to_dict()
@@ -229,6 +268,13 @@ def test_a_tied_copy_that_differs_is_refused():
     state_dict = {k: v.clone() for k, v in theirs.state_dict().items()}
     state_dict["model.decoder.embed_tokens.weight"] += 1.0
     with pytest.raises(ValueError, match="model.decoder.embed_tokens.weight differs from the shared embeddings"):
+        convert_state_dict(state_dict, theirs.config.to_dict())
+
+
+def test_a_checkpoint_without_token_embeddings_is_named():
+    theirs = random_marian()
+    state_dict = {k: v for k, v in theirs.state_dict().items() if "shared" not in k and "encoder.embed_tokens" not in k}
+    with pytest.raises(ValueError, match="neither model.shared.weight nor model.encoder.embed_tokens.weight"):
         convert_state_dict(state_dict, theirs.config.to_dict())
 
 

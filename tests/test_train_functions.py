@@ -61,7 +61,7 @@ def test_a_saved_translation_dataset_is_checked_and_cut(translation, tmp_path):
     splits = {"train": pairs, "validation": pairs[:2], "test": pairs[2:4]}
     DatasetDict({k: Dataset.from_dict({"translation": v}) for k, v in splits.items()}).save_to_disk(tmp_path / "ok")
     data = translation.load_data(translation.DataArguments(dataset=str(tmp_path / "ok"), max_train_samples=3))
-    assert len(data["train"]) == 3 and translation.side(data["test"], "fr") == ["2!", "3!"]
+    assert len(data["train"]) == 3 and translation.translation_texts(data["test"], "fr") == ["2!", "3!"]
     with pytest.raises(ValueError, match="has no 'dev' split"):
         translation.load_data(translation.DataArguments(dataset=str(tmp_path / "ok"), eval_split="dev"))
     DatasetDict({k: Dataset.from_dict({"text": ["a"]}) for k in splits}).save_to_disk(tmp_path / "plain")
@@ -101,3 +101,14 @@ def test_fine_tuning_a_marian_checkpoint_converts_it_and_checks_the_vocabulary(t
             translation.ModelArguments(preset="transformer-numbers", model_name_or_path=args.model_name_or_path),
             tokenizer,
         )
+
+
+def test_lengths_beyond_the_models_positions_fail_before_training(translation, tokenizer):
+    model = translation.build_model(translation.ModelArguments(preset="transformer-test-tiny"), tokenizer)
+    data_args = translation.DataArguments(max_source_length=64, max_target_length=65)
+    args = translation.TrainArguments(output_dir="unused", max_new_tokens=64)
+    with pytest.raises(ValueError, match=r"--max_target_length 65, --max_new_tokens \(\+1 start token\) 65 exceed"):
+        translation.check_lengths(model, data_args, args)
+    data_args, args = translation.DataArguments(max_target_length=32), translation.TrainArguments(output_dir="unused")
+    translation.check_lengths(model, data_args, args)  # unset limits come from the model's 64 positions
+    assert (data_args.max_source_length, data_args.max_target_length, args.max_new_tokens) == (64, 32, 63)

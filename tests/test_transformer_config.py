@@ -44,7 +44,16 @@ def test_base_preset_has_the_published_parameter_count():
         ({"sinusoidal_layout": "zigzag"}, "sinusoidal_layout='zigzag' is not allowed"),
         ({"normalize_before": "yes"}, "normalize_before must be True or False"),
         ({"pad_token_id": None}, "pad_token_id must be set"),
-        ({"eos_token_id": 40000}, "eos_token_id=40000 is outside the vocabulary"),
+        ({"eos_token_id": 40000}, "eos_token_id=40000 is outside the vocabulary \\(decoder_vocab_size=37000\\)"),
+        (
+            {
+                "pad_token_id": 60,
+                "vocab_size": 50,
+                "decoder_vocab_size": 100,
+                "share_encoder_decoder_embeddings": False,
+            },
+            "pad_token_id=60 is outside the vocabulary \\(vocab_size=50\\)",
+        ),
         ({"decoder_start_token_id": -1}, "decoder_start_token_id must be an integer >= 0"),
         ({"attention_type": "nope"}, "attention_type='nope' is not allowed; allowed values"),
         ({"attention_kwargs": {"window": 3}}, "attention_kwargs has keys \\['window'\\]"),

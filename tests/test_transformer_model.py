@@ -12,7 +12,8 @@ from safetensors.torch import load_file
 import hf_xcv
 from hf_xcv import TransformerForConditionalGeneration, TransformerModel, preset_config
 from hf_xcv.layers import sinusoidal_table
-from hf_xcv.models.transformer import label_smoothed_loss, shift_tokens_right
+from hf_xcv.losses import label_smoothed_loss
+from hf_xcv.models.transformer import shift_tokens_right
 
 
 def tiny(seed: int = 0, **overrides) -> TransformerForConditionalGeneration:
@@ -232,6 +233,46 @@ def test_base_model_returns_decoder_states_and_encoder_output():
     assert out.encoder_last_hidden_state.shape == (3, 8, 32)
 
 
+def test_decoder_and_cross_attention_maps_respect_the_masks():
+    model = tiny()
+    batch = source_batch(model.config)  # the last row is padded from position 4
+    with torch.no_grad():
+        out = model(**batch, decoder_input_ids=torch.ones(3, 5, dtype=torch.long), output_attentions=True)
+    assert len(out.decoder_attentions) == len(out.cross_attentions) == model.config.decoder_layers
+    self_maps, cross_maps = out.decoder_attentions[0], out.cross_attentions[0]
+    assert self_maps.shape == (3, 4, 5, 5) and cross_maps.shape == (3, 4, 5, 8)
+    torch.testing.assert_close(self_maps.sum(-1), torch.ones(3, 4, 5))
+    torch.testing.assert_close(cross_maps.sum(-1), torch.ones(3, 4, 5))
+    assert (self_maps.triu(diagonal=1) == 0).all()  # nothing from the future
+    assert (cross_maps[-1, :, :, 4:] == 0).all()  # nothing from source padding
+
+
+def test_sampling_is_reproducible_with_a_seed_and_differs_across_seeds():
+    model = tiny(init_std=0.5)
+    batch = source_batch(model.config)
+    settings = dict(do_sample=True, top_k=50, temperature=1.5, max_new_tokens=12, min_new_tokens=12)
+    with torch.no_grad():
+        torch.manual_seed(1)
+        first = model.generate(**batch, **settings)
+        torch.manual_seed(1)
+        again = model.generate(**batch, **settings)
+        torch.manual_seed(2)
+        other = model.generate(**batch, **settings)
+    assert torch.equal(first, again) and not torch.equal(first, other)
+
+
+def test_a_plain_dynamic_cache_is_taken_as_the_self_attention_cache():
+    from transformers.cache_utils import DynamicCache
+
+    model = tiny()
+    batch = source_batch(model.config)
+    with torch.no_grad():
+        expected = model(**batch, decoder_input_ids=torch.ones(3, 1, dtype=torch.long), use_cache=False).logits
+        out = model(**batch, decoder_input_ids=torch.ones(3, 1, dtype=torch.long), cache=DynamicCache(), use_cache=True)
+    torch.testing.assert_close(out.logits, expected)
+    assert out.cache.get_seq_length() == 1
+
+
 def test_bad_inputs_raise_clear_errors():
     model = tiny()
     config = model.config
@@ -253,6 +294,8 @@ def test_bad_inputs_raise_clear_errors():
         model(input_ids=torch.full((1, 3), 5), attention_mask=torch.ones(1, 4), decoder_input_ids=start)
     with pytest.raises(ValueError, match="decoder_input_ids"):
         model(input_ids=torch.full((1, 3), 5))
+    with pytest.raises(ValueError, match="labels must be \\(batch, target_length >= 1\\)"):
+        model(input_ids=torch.full((1, 3), 5), labels=torch.zeros(1, 0, dtype=torch.long))
     with pytest.raises(ValueError, match="input_ids must be \\(batch, length\\)"):
         model(input_ids=torch.full((3,), 5), decoder_input_ids=start)
 

@@ -156,3 +156,12 @@ def test_tokenize_translation_batch_errors(numbers, tokenizer):
         tokenize_translation_batch({"text": ["a"]}, tokenizer, "en", "fr")
     with pytest.raises(ValueError, match="max_source_length must be a positive int"):
         tokenize_translation_batch(batch, tokenizer, "en", "fr", max_source_length=0)
+
+
+def test_translation_texts_returns_one_side_in_row_order():
+    from hf_xcv.data import translation_texts
+
+    data = load_number_translation_dataset(train_size=20, validation_size=5, test_size=5, max_number=999)
+    pairs = data["test"]["translation"]
+    assert translation_texts(data["test"], "fr") == [pair["fr"] for pair in pairs]
+    assert translation_texts(data["test"], "en") == [pair["en"] for pair in pairs]

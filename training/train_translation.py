@@ -33,7 +33,7 @@ from transformers import AutoTokenizer, DataCollatorForSeq2Seq, HfArgumentParser
 
 import hf_xcv
 from hf_xcv.configuration_utils import check_known_fields
-from hf_xcv.data import load_number_translation_dataset, tokenize_translation_batch
+from hf_xcv.data import load_number_translation_dataset, tokenize_translation_batch, translation_texts
 from hf_xcv.metrics import Bleu, ChrF
 from hf_xcv.training import MeasuredResult, TrainerState, build_model_card, runner
 from hf_xcv.training.checkpointing import CHECKPOINTS
@@ -56,7 +56,7 @@ class ModelArguments:
     config_overrides: str | None = field(
         default=None, metadata={"help": "config fields: 'dropout=0.3,label_smoothing=0.0' or a JSON object"}
     )
-    attn_implementation: str = field(default="sdpa", metadata={"help": "sdpa, eager, flash_attention_2, ..."})
+    attn_implementation: str = field(default="sdpa", metadata={"help": "sdpa or eager"})
     tokenizer: str | None = field(
         default=None,
         metadata={"help": "tokenizer folder or Hub id; default: that of --model_name_or_path, else one trained here"},
@@ -79,8 +79,12 @@ class DataArguments:
     test_size: int = field(default=500, metadata={"help": "pairs of the built-in test split"})
     dataset_seed: int = field(default=0, metadata={"help": "seed of the built-in corpus"})
     max_train_samples: int | None = None
-    max_source_length: int = 128
-    max_target_length: int = 128
+    max_source_length: int | None = field(
+        default=None, metadata={"help": "truncate sources to this many tokens (default: the model's positions)"}
+    )
+    max_target_length: int | None = field(
+        default=None, metadata={"help": "truncate targets to this many tokens (default: the model's positions)"}
+    )
     eval_split: str = field(default="validation", metadata={"help": "split evaluated during training"})
     test_split: str = field(default="test", metadata={"help": "split of the final, reported evaluation"})
 
@@ -99,7 +103,9 @@ class TrainArguments(runner.RunArguments):
     weight_decay: float = 0.0
     eval_steps: int = field(default=0, metadata={"help": "score the eval split every N steps (0: only at the end)"})
     num_beams: int = 4
-    max_new_tokens: int = 64
+    max_new_tokens: int | None = field(
+        default=None, metadata={"help": "generation limit (default: 64, or fewer if the model has fewer positions)"}
+    )
 
 
 def parse_args(argv: list[str] | None = None) -> tuple[ModelArguments, DataArguments, TrainArguments]:
@@ -126,11 +132,6 @@ def load_data(args: DataArguments) -> DatasetDict:
     return data
 
 
-def side(split: Dataset, lang: str) -> list[str]:
-    """The ``lang`` texts of a split's translation pairs."""
-    return [pair[lang] for pair in split["translation"]]
-
-
 def load_or_train_tokenizer(
     accelerator: Accelerator, model_args: ModelArguments, train: Dataset, data_args: DataArguments, out: Path
 ) -> Any:
@@ -141,9 +142,12 @@ def load_or_train_tokenizer(
         return AutoTokenizer.from_pretrained(path)
     saved = out / CHECKPOINTS / TOKENIZER_DIR
     if accelerator.is_main_process and not saved.is_dir():
-        texts = side(train, data_args.source_lang) + side(train, data_args.target_lang)
+        texts = translation_texts(train, data_args.source_lang) + translation_texts(train, data_args.target_lang)
         tokenizer = hf_xcv.train_tokenizer(
-            texts, vocab_size=model_args.tokenizer_vocab_size, model=model_args.tokenizer_model
+            texts,
+            vocab_size=model_args.tokenizer_vocab_size,
+            model=model_args.tokenizer_model,
+            model_max_length=max(data_args.max_source_length or 0, data_args.max_target_length or 0) or 512,
         )
         staging = saved.with_name(f".staging-{TOKENIZER_DIR}")
         shutil.rmtree(staging, ignore_errors=True)
@@ -180,6 +184,23 @@ def build_model(args: ModelArguments, tokenizer: Any) -> torch.nn.Module:
     config = hf_xcv.preset_config(args.preset or DEFAULT_PRESET, **fields)
     config._attn_implementation = args.attn_implementation
     return hf_xcv.TransformerForConditionalGeneration(config)
+
+
+def check_lengths(model: torch.nn.Module, data_args: DataArguments, args: TrainArguments) -> None:
+    """Fill in the length limits left unset from the model's positions, and fail at the start, not after
+    training, when one that was given exceeds them."""
+    limit = model.config.max_position_embeddings
+    data_args.max_source_length = data_args.max_source_length or limit
+    data_args.max_target_length = data_args.max_target_length or limit
+    args.max_new_tokens = args.max_new_tokens or min(64, limit - 1)
+    lengths = {
+        "--max_source_length": data_args.max_source_length,
+        "--max_target_length": data_args.max_target_length,
+        "--max_new_tokens (+1 start token)": args.max_new_tokens + 1,
+    }
+    too_long = [f"{name} {value}" for name, value in lengths.items() if value > limit]
+    if too_long:
+        raise ValueError(f"{', '.join(too_long)} exceed the model's max_position_embeddings={limit}")
 
 
 def configure_generation(model: torch.nn.Module, args: TrainArguments) -> None:
@@ -266,7 +287,7 @@ def score_split(
         raise RuntimeError(
             f"scored {len(indices)} translations ({len(set(indices))} distinct rows) of a split of {len(split)}"
         )
-    sources, targets = side(split, langs[0]), side(split, langs[1])
+    sources, targets = translation_texts(split, langs[0]), translation_texts(split, langs[1])
     references = [targets[i] for i in indices]
     examples = [
         {"source": sources[i], "reference": targets[i], "hypothesis": text}
@@ -329,6 +350,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     data = load_data(data_args)
     tokenizer = load_or_train_tokenizer(accelerator, model_args, data["train"], data_args, out)
     model = build_model(model_args, tokenizer)
+    check_lengths(model, data_args, args)
     configure_generation(model, args)
     loaders = build_dataloaders(tokenize_splits(data, tokenizer, data_args), tokenizer, data_args, args)
     parts, state, (eval_dl, test_dl) = runner.prepare_loop(

@@ -2,8 +2,9 @@
 
 A converter module defines ``SOURCE_MODEL_TYPE``, ``TARGET_MODEL_TYPE``, ``PROCESSOR_TYPE`` (the hf_xcv
 image processor that replaces the source's, or None), optionally ``COPIED_FILES`` (files such as tokenizers
-that travel unchanged) and ``convert(config_dict, state_dict, for_task_model) -> (config_dict, state_dict,
-dropped_keys)``, built from its pure ``convert_config`` / ``convert_state_dict`` functions.
+that travel unchanged), optionally ``finish_folder(folder, source_config_dict)`` (run on the staged output) and
+``convert(config_dict, state_dict, for_task_model) -> (config_dict, state_dict, dropped_keys)``, built from its
+pure ``convert_config`` / ``convert_state_dict`` functions.
 :func:`convert_checkpoint` runs one on a folder or Hub repo and writes the result atomically.
 """
 
@@ -85,6 +86,8 @@ def convert_checkpoint(
             file = cached_file(source, name, _raise_exceptions_for_missing_entries=False, **hub_kwargs)
             if file is not None:
                 shutil.copyfile(file, staging / name)
+        if hasattr(converter, "finish_folder"):  # e.g. fill in what older source folders leave implicit
+            converter.finish_folder(staging, config_dict)
     return dropped
 
 

@@ -13,10 +13,13 @@ projection (``final_logits_bias``). Every key is renamed or explicitly dropped:
 
 from __future__ import annotations
 
+import json
 import logging
+from pathlib import Path
 from typing import Any
 
 import torch
+from transformers import GenerationConfig, MarianConfig
 
 from ..layers import sinusoidal_table
 from .rules import Rule, rename_keys
@@ -26,6 +29,7 @@ logger = logging.getLogger(__name__)
 SOURCE_MODEL_TYPE = "marian"
 TARGET_MODEL_TYPE = "xcv_transformer"
 PROCESSOR_TYPE = None
+TOKENIZER_CLASS = "MarianTokenizer"
 # Marian's tokenizer (sentencepiece models + vocabularies) and generation settings travel unchanged, so
 # AutoTokenizer and generate() behave as with the source repo.
 COPIED_FILES = (
@@ -54,30 +58,31 @@ RULES: list[Rule] = [
 ]
 _RENAMED_MODULES = [("encoder_attn_layer_norm", "cross_attn_layer_norm"), ("encoder_attn", "cross_attn")]
 
-_SOURCE_DEFAULTS: dict[str, Any] = {  # MarianConfig defaults, for configs saved without some field
-    "vocab_size": 58101,
-    "max_position_embeddings": 1024,
-    "encoder_layers": 12,
-    "encoder_ffn_dim": 4096,
-    "encoder_attention_heads": 16,
-    "decoder_layers": 12,
-    "decoder_ffn_dim": 4096,
-    "decoder_attention_heads": 16,
-    "activation_function": "gelu",
-    "d_model": 1024,
-    "dropout": 0.1,
-    "attention_dropout": 0.0,
-    "activation_dropout": 0.0,
-    "init_std": 0.02,
-    "decoder_start_token_id": 58100,
-    "scale_embedding": False,
-    "pad_token_id": 58100,
-    "eos_token_id": 0,
-    "bos_token_id": None,
-    "share_encoder_decoder_embeddings": True,
-    "tie_word_embeddings": True,
-    "use_cache": True,
-}
+# Fields read from the source config; a field it lacks takes MarianConfig's default (see _source_defaults).
+_SOURCE_FIELDS = (
+    "vocab_size",
+    "max_position_embeddings",
+    "encoder_layers",
+    "encoder_ffn_dim",
+    "encoder_attention_heads",
+    "decoder_layers",
+    "decoder_ffn_dim",
+    "decoder_attention_heads",
+    "activation_function",
+    "d_model",
+    "dropout",
+    "attention_dropout",
+    "activation_dropout",
+    "init_std",
+    "decoder_start_token_id",
+    "scale_embedding",
+    "pad_token_id",
+    "eos_token_id",
+    "bos_token_id",
+    "share_encoder_decoder_embeddings",
+    "tie_word_embeddings",
+    "use_cache",
+)
 _PASSED_THROUGH = ("forced_eos_token_id", "dtype", "torch_dtype")
 _ARCHITECTURES = {
     "MarianMTModel": "TransformerForConditionalGeneration",
@@ -89,8 +94,11 @@ def convert_config(source: dict[str, Any]) -> dict[str, Any]:
     """transformers Marian config dict -> hf_xcv TransformerConfig dict."""
     if source.get("model_type") != SOURCE_MODEL_TYPE:
         raise ValueError(f"expected a config of model_type {SOURCE_MODEL_TYPE!r}, got {source.get('model_type')!r}")
-    out: dict[str, Any] = {key: source.get(key, default) for key, default in _SOURCE_DEFAULTS.items()}
-    out["decoder_vocab_size"] = source.get("decoder_vocab_size") or out["vocab_size"]
+    defaults = MarianConfig().to_dict()
+    out: dict[str, Any] = {key: source.get(key, defaults[key]) for key in _SOURCE_FIELDS}
+    # Marian ignores decoder_vocab_size when the embeddings are shared; a stale value must not break loading
+    shared = out["share_encoder_decoder_embeddings"]
+    out["decoder_vocab_size"] = out["vocab_size"] if shared else source.get("decoder_vocab_size") or out["vocab_size"]
     out.update({key: source[key] for key in _PASSED_THROUGH if key in source})
     if source.get("encoder_layerdrop") or source.get("decoder_layerdrop"):
         logger.warning(
@@ -144,6 +152,8 @@ def convert_state_dict(
         shared = state_dict.pop(shared_key, None)
         if shared is None:
             shared = state_dict.get(encoder_key)
+            if shared is None:
+                raise ValueError(f"the checkpoint has neither {shared_key} nor {encoder_key}: no token embeddings")
         else:  # moved, not dropped
             _check_copy(state_dict, encoder_key, shared, shared_key)
             state_dict[encoder_key] = shared
@@ -152,6 +162,9 @@ def convert_state_dict(
             _check_copy(state_dict, decoder_key, shared, "the shared embeddings")
             dropped.append(decoder_key)
             del state_dict[decoder_key]
+    elif f"{prefix}shared.weight" in state_dict:  # separate embeddings: Marian's `shared` is an unused extra
+        dropped.append(f"{prefix}shared.weight")
+        del state_dict[f"{prefix}shared.weight"]
     if config.get("tie_word_embeddings", True) and "lm_head.weight" in state_dict:
         source = f"{prefix}{'encoder' if share else 'decoder'}.embed_tokens.weight"
         if source in state_dict:
@@ -166,10 +179,44 @@ def convert_state_dict(
     return renamed, dropped + more_dropped
 
 
+def _effective_config(config: dict[str, Any], state_dict: dict[str, torch.Tensor]) -> dict[str, Any]:
+    """transformers 5 unties every embedding when ``tie_word_embeddings=False``, even with
+    ``share_encoder_decoder_embeddings=True``: such a checkpoint has different encoder and decoder embeddings
+    and converts as one with separate vocabularies."""
+    if not config.get("share_encoder_decoder_embeddings", True) or config.get("tie_word_embeddings", True):
+        return config
+    prefix = "model." if any(key.startswith("model.") for key in state_dict) else ""
+    encoder = state_dict.get(f"{prefix}encoder.embed_tokens.weight")
+    decoder = state_dict.get(f"{prefix}decoder.embed_tokens.weight")
+    if encoder is None or decoder is None or torch.equal(encoder, decoder):
+        return config
+    return {**config, "share_encoder_decoder_embeddings": False}
+
+
 def convert(
     config: dict[str, Any], state_dict: dict[str, torch.Tensor], for_task_model: bool | None = None
 ) -> tuple[dict[str, Any], dict[str, torch.Tensor], list[str]]:
     """Config and weights together. A MarianMTModel checkpoint fed to a bare ``TransformerModel`` keeps its
     output projection as a head the model ignores (it is a task-head weight)."""
+    config = _effective_config(config, state_dict)
     new_state_dict, dropped = convert_state_dict(state_dict, config)
     return convert_config(config), new_state_dict, dropped
+
+
+def finish_folder(folder: Path, source: dict[str, Any]) -> None:
+    """What older Marian folders leave implicit, written out for the converted folder.
+
+    * ``tokenizer_class``: Marian's conversion script wrote tokenizer configs without one; AutoTokenizer then
+      went by the model type, which is now ``xcv_transformer``.
+    * ``generation_config.json``: folders saved before transformers had one keep ``num_beams``, ``max_length``,
+      ``bad_words_ids`` (which bans ``<pad>``) in config.json; hf_xcv's config does not carry them.
+    """
+    if (folder / "source.spm").exists():
+        config_file = folder / "tokenizer_config.json"
+        tokenizer_config = json.loads(config_file.read_text()) if config_file.exists() else {}
+        tokenizer_config.setdefault("tokenizer_class", TOKENIZER_CLASS)
+        config_file.write_text(json.dumps(tokenizer_config, indent=2, sort_keys=True))
+    if not (folder / "generation_config.json").exists():
+        known = GenerationConfig().to_dict().keys() | {"pad_token_id", "eos_token_id", "decoder_start_token_id"}
+        settings = {key: value for key, value in source.items() if key in known and value is not None}
+        GenerationConfig.from_model_config(settings).to_json_file(folder / "generation_config.json")

@@ -7,7 +7,7 @@ from .image_classification import (
     image_classification_transform,
     random_shift,
 )
-from .translation import load_number_translation_dataset, tokenize_translation_batch
+from .translation import load_number_translation_dataset, tokenize_translation_batch, translation_texts
 
 __all__ = [
     "DIGIT_NAMES",
@@ -18,4 +18,5 @@ __all__ = [
     "load_number_translation_dataset",
     "random_shift",
     "tokenize_translation_batch",
+    "translation_texts",
 ]

@@ -199,3 +199,8 @@ def tokenize_translation_batch(
     inputs = tokenizer(sources, max_length=max_source_length, truncation=True)
     labels = tokenizer(text_target=targets, max_length=max_target_length, truncation=True)
     return {"input_ids": inputs["input_ids"], "attention_mask": inputs["attention_mask"], "labels": labels["input_ids"]}
+
+
+def translation_texts(dataset: Dataset, lang: str) -> list[str]:
+    """The ``lang`` side of a dataset's ``translation`` pairs, in row order."""
+    return [pair[lang] for pair in dataset["translation"]]

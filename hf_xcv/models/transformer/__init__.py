@@ -5,7 +5,6 @@ from .modeling_transformer import (
     TransformerForConditionalGeneration,
     TransformerModel,
     TransformerPreTrainedModel,
-    label_smoothed_loss,
     shift_tokens_right,
 )
 
@@ -14,6 +13,5 @@ __all__ = [
     "TransformerForConditionalGeneration",
     "TransformerModel",
     "TransformerPreTrainedModel",
-    "label_smoothed_loss",
     "shift_tokens_right",
 ]

@@ -18,6 +18,8 @@ from ...configuration_utils import (
 from ...layers import SINUSOIDAL_LAYOUTS
 
 POSITION_EMBEDDING_TYPES = ("sinusoidal", "learned")
+_FLAGS = ("share_encoder_decoder_embeddings", "tie_word_embeddings", "scale_embedding", "normalize_before")
+_FLAGS += ("lm_head_bias", "use_cache")
 _TOKEN_IDS = ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id")
 
 
@@ -121,9 +123,7 @@ class TransformerConfig(XcvConfig):
         for name in ("encoder_attention_heads", "decoder_attention_heads"):
             if self.d_model % getattr(self, name):
                 raise ValueError(f"d_model={self.d_model} is not divisible by {name}={getattr(self, name)}")
-        for name in ("share_encoder_decoder_embeddings", "tie_word_embeddings", "scale_embedding"):
-            check_bool(name, getattr(self, name))
-        for name in ("normalize_before", "lm_head_bias", "use_cache"):
+        for name in _FLAGS:
             check_bool(name, getattr(self, name))
         if self.share_encoder_decoder_embeddings and self.decoder_vocab_size != self.vocab_size:
             raise ValueError(
@@ -153,5 +153,9 @@ class TransformerConfig(XcvConfig):
                     raise ValueError(f"{name} must be set: the model pads and starts decoding with it")
                 continue
             check_int(name, value, minimum=0)
-            if value >= self.decoder_vocab_size or (name == "pad_token_id" and value >= self.vocab_size):
-                raise ValueError(f"{name}={value} is outside the vocabulary (size {self.decoder_vocab_size})")
+            # the pad id pads sources and targets; the others are target tokens
+            sizes = {"vocab_size": self.vocab_size} if name == "pad_token_id" else {}
+            sizes["decoder_vocab_size"] = self.decoder_vocab_size
+            for field, size in sizes.items():
+                if value >= size:
+                    raise ValueError(f"{name}={value} is outside the vocabulary ({field}={size})")

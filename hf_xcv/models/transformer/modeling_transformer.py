@@ -28,6 +28,7 @@ from transformers.utils.generic import can_return_tuple
 
 from ...attention import MultiHeadAttention
 from ...layers import Mlp, SinusoidalPositionEmbedding, sinusoidal_table
+from ...losses import label_smoothed_loss
 from ...modeling_utils import XcvPreTrainedModel
 from .configuration_transformer import TransformerConfig
 
@@ -267,6 +268,8 @@ class TransformerDecoder(TransformerStack):
             use_cache = False  # recomputed blocks would append to the cache twice
         if use_cache and cache is None:
             cache = EncoderDecoderCache(DynamicCache(), DynamicCache())
+        elif cache is not None and not isinstance(cache, EncoderDecoderCache):
+            cache = EncoderDecoderCache(cache, DynamicCache())  # a plain cache holds the self-attention side
         cache = cache if use_cache else None
         past = cache.get_seq_length() if cache is not None else 0
         hidden_states = self.embed(input_ids, inputs_embeds, past)  # (B, T, d_model)
@@ -297,10 +300,7 @@ class TransformerPreTrainedModel(XcvPreTrainedModel):
     main_input_name = "input_ids"
     supports_gradient_checkpointing = True
     _no_split_modules = ["TransformerEncoderLayer", "TransformerDecoderLayer"]
-    _supports_sdpa = True
-    _supports_flash_attn = True
-    _supports_flex_attn = True
-    _supports_attention_backend = True
+    _supports_sdpa = True  # flash / flex take no dense padding mask in the `full` core, and both stacks pass one
     _task_head_modules = ("lm_head",)
 
     def _init_weights(self, module: nn.Module) -> None:
@@ -414,27 +414,6 @@ class TransformerModel(TransformerPreTrainedModel):
         )
 
 
-def label_smoothed_loss(
-    logits: torch.Tensor, labels: torch.Tensor, smoothing: float, num_items_in_batch: int | torch.Tensor | None = None
-) -> torch.Tensor:
-    """Cross-entropy with label smoothing over (B, T, V) logits; labels of -100 are ignored.
-
-    With smoothing e the target puts 1 - e on the label and e spread uniformly over the whole vocabulary
-    (PyTorch's definition). The sum is divided by ``num_items_in_batch`` when given (the token count across
-    gradient-accumulation steps, from Trainer), else by the number of labelled tokens.
-    """
-    vocab = logits.shape[-1]
-    total = nn.functional.cross_entropy(
-        logits.reshape(-1, vocab).float(),
-        labels.reshape(-1),
-        ignore_index=-100,
-        label_smoothing=smoothing,
-        reduction="sum",
-    )
-    count = num_items_in_batch if num_items_in_batch is not None else (labels != -100).sum().clamp(min=1)
-    return total / count
-
-
 class TransformerForConditionalGeneration(TransformerPreTrainedModel, GenerationMixin):
     """Encoder-decoder with the output projection to the target vocabulary; ``generate`` translates."""
 
@@ -494,6 +473,10 @@ class TransformerForConditionalGeneration(TransformerPreTrainedModel, Generation
             cache, and the outputs of :class:`TransformerModel`.
         """
         if labels is not None:
+            if labels.dim() != 2 or labels.shape[1] == 0:
+                raise ValueError(
+                    f"labels must be (batch, target_length >= 1) token ids, got shape {tuple(labels.shape)}"
+                )
             use_cache = False
             if decoder_input_ids is None and decoder_inputs_embeds is None:
                 decoder_input_ids = self.prepare_decoder_input_ids_from_labels(labels)
