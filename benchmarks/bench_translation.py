@@ -106,7 +106,7 @@ def interleaved(step, theirs, ours, repeats: int) -> dict[str, float]:
     return {k: statistics.median(v) for k, v in times.items()}
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--source-length", type=int, default=32)
@@ -117,13 +117,11 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--no-greedy", action="store_true", help="skip the greedy-search row")
-    args = parser.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    torch.manual_seed(0)
-    transformers.logging.set_verbosity_error()  # generation-config notices would interleave with the table
-    config, theirs, ours = build_pair(args.vocab)
-    input_ids, attention_mask, labels = make_batch(config, args.batch, args.source_length, args.target_length)
+    return parser.parse_args()
+
+
+def check_agreement(theirs, ours, input_ids, attention_mask, labels) -> tuple[float, float]:
+    """Max |delta logits| and |delta loss| on the benchmark batch; stops when they are not the same computation."""
     with torch.no_grad():
         a = theirs(input_ids, attention_mask=attention_mask, labels=labels)
         b = ours(input_ids, attention_mask=attention_mask, labels=labels)
@@ -131,31 +129,34 @@ def main() -> None:
     loss_delta = abs(a.loss.item() - b.loss.item())
     if delta > 1e-4 or loss_delta > 1e-4:
         raise SystemExit(f"the two models disagree: max |delta logits| = {delta:.2e}, |delta loss| = {loss_delta:.2e}")
+    return delta, loss_delta
 
-    rows: list[tuple[str, dict[str, float], str]] = []
-    searches = [("beam search", args.beams)] + ([] if args.no_greedy else [("greedy search", 1)])
-    for name, beams in searches:
-        settings = dict(
-            attention_mask=attention_mask,
-            num_beams=beams,
-            do_sample=False,
-            max_new_tokens=args.new_tokens,
-            min_new_tokens=args.new_tokens,
-        )
-        outputs = {}
 
-        def generate(model, settings=settings, outputs=outputs):
-            with torch.no_grad():
-                outputs[model] = model.generate(input_ids, **settings)
+def generation_row(name: str, beams: int, theirs, ours, input_ids, attention_mask, args) -> tuple[str, dict, str]:
+    """Time ``generate`` with exactly ``--new-tokens`` new tokens; also say whether both produced the same ids."""
+    settings = dict(
+        attention_mask=attention_mask,
+        num_beams=beams,
+        do_sample=False,
+        max_new_tokens=args.new_tokens,
+        min_new_tokens=args.new_tokens,
+    )
+    outputs = {}
 
-        timing = interleaved(generate, theirs, ours, args.repeats)
-        lengths = {output.shape[1] for output in outputs.values()}
-        if lengths != {1 + args.new_tokens}:  # the start token and exactly --new-tokens tokens
-            raise SystemExit(f"{name}: expected {1 + args.new_tokens} tokens per row, got {sorted(lengths)}")
-        same = outputs[theirs].shape == outputs[ours].shape and torch.equal(outputs[theirs], outputs[ours])
-        rows.append((f"{name} ({beams} beam{'s' if beams > 1 else ''}, {args.new_tokens} new tokens)", timing,
-                     "yes" if same else "NO"))  # fmt: skip
+    def generate(model):
+        with torch.no_grad():
+            outputs[model] = model.generate(input_ids, **settings)
 
+    timing = interleaved(generate, theirs, ours, args.repeats)
+    lengths = {output.shape[1] for output in outputs.values()}
+    if lengths != {1 + args.new_tokens}:  # the start token and exactly --new-tokens tokens
+        raise SystemExit(f"{name}: expected {1 + args.new_tokens} tokens per row, got {sorted(lengths)}")
+    same = outputs[theirs].shape == outputs[ours].shape and torch.equal(outputs[theirs], outputs[ours])
+    label = f"{name} ({beams} beam{'s' if beams > 1 else ''}, {args.new_tokens} new tokens)"
+    return label, timing, "yes" if same else "NO"
+
+
+def training_row(theirs, ours, input_ids, attention_mask, labels, repeats: int) -> tuple[str, dict, str]:
     optimizers = {model: torch.optim.AdamW(model.parameters(), lr=1e-4) for model in (theirs, ours)}
 
     def train_step(model):
@@ -165,7 +166,22 @@ def main() -> None:
         model(input_ids, attention_mask=attention_mask, labels=labels).loss.backward()
         optimizer.step()
 
-    rows.insert(0, ("training step (fwd + bwd + AdamW)", interleaved(train_step, theirs, ours, args.repeats), "-"))
+    return "training step (fwd + bwd + AdamW)", interleaved(train_step, theirs, ours, repeats), "-"
+
+
+def main() -> None:
+    args = parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    transformers.logging.set_verbosity_error()  # generation-config notices would interleave with the table
+    config, theirs, ours = build_pair(args.vocab)
+    input_ids, attention_mask, labels = make_batch(config, args.batch, args.source_length, args.target_length)
+    delta, loss_delta = check_agreement(theirs, ours, input_ids, attention_mask, labels)
+    searches = [("beam search", args.beams)] + ([] if args.no_greedy else [("greedy search", 1)])
+    # Generation first: the training steps change the weights.
+    rows = [generation_row(name, beams, theirs, ours, input_ids, attention_mask, args) for name, beams in searches]
+    rows.insert(0, training_row(theirs, ours, input_ids, attention_mask, labels, args.repeats))
 
     params = sum(p.numel() for p in theirs.parameters())
     print(

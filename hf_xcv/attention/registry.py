@@ -19,6 +19,7 @@ mismatch into one ``ValueError`` listing every missing capability.
 
 from __future__ import annotations
 
+import functools
 import inspect
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar, NamedTuple
@@ -150,6 +151,7 @@ def validate_attention_kwargs(name: str, attention_kwargs: dict[str, Any] | None
         )
 
 
+@functools.cache  # called by every attention layer on every call: the answer never changes
 def check_capabilities(
     name: str,
     *,

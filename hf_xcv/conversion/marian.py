@@ -48,15 +48,17 @@ _WB = r"(weight|bias)"
 _STACK = _P + r"(encoder|decoder)\.layers\.(\d+)\."
 
 RULES: list[Rule] = [
-    (_STACK + r"(self_attn|encoder_attn)\.(q|k|v)_proj\." + _WB, r"\1\2.layers.\3.\4.\5_proj.\6"),
-    (_STACK + r"(self_attn|encoder_attn)\.out_proj\." + _WB, r"\1\2.layers.\3.\4.o_proj.\5"),
-    (_STACK + r"(self_attn_layer_norm|encoder_attn_layer_norm|final_layer_norm)\." + _WB, r"\1\2.layers.\3.\4.\5"),
+    (_STACK + r"self_attn\.(q|k|v)_proj\." + _WB, r"\1\2.layers.\3.self_attn.\4_proj.\5"),
+    (_STACK + r"encoder_attn\.(q|k|v)_proj\." + _WB, r"\1\2.layers.\3.cross_attn.\4_proj.\5"),
+    (_STACK + r"self_attn\.out_proj\." + _WB, r"\1\2.layers.\3.self_attn.o_proj.\4"),
+    (_STACK + r"encoder_attn\.out_proj\." + _WB, r"\1\2.layers.\3.cross_attn.o_proj.\4"),
+    (_STACK + r"encoder_attn_layer_norm\." + _WB, r"\1\2.layers.\3.cross_attn_layer_norm.\4"),
+    (_STACK + r"(self_attn_layer_norm|final_layer_norm)\." + _WB, r"\1\2.layers.\3.\4.\5"),
     (_STACK + r"(fc1|fc2)\." + _WB, r"\1\2.layers.\3.mlp.\4.\5"),
     (_P + r"(encoder|decoder)\.embed_tokens\.weight", r"\1\2.embed_tokens.weight"),
     (r"lm_head\.weight", r"lm_head.weight"),
     (r"final_logits_bias", r"lm_head.bias"),
 ]
-_RENAMED_MODULES = [("encoder_attn_layer_norm", "cross_attn_layer_norm"), ("encoder_attn", "cross_attn")]
 
 # Fields read from the source config; a field it lacks takes MarianConfig's default (see _source_defaults).
 _SOURCE_FIELDS = (
@@ -119,6 +121,11 @@ def convert_config(source: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _prefix(state_dict: dict[str, torch.Tensor]) -> str:
+    """``model.`` for MarianMTModel checkpoints, nothing for MarianModel ones."""
+    return "model." if any(key.startswith("model.") for key in state_dict) else ""
+
+
 def _check_copy(state_dict: dict[str, torch.Tensor], key: str, reference: torch.Tensor, what: str) -> None:
     if key in state_dict and not torch.equal(state_dict[key], reference):
         raise ValueError(f"checkpoint key {key} differs from {what}, although the config says they are tied")
@@ -138,7 +145,7 @@ def convert_state_dict(
 
     ``config`` is the *source* Marian config dict (it says which embeddings are shared or tied).
     """
-    prefix = "model." if any(key.startswith("model.") for key in state_dict) else ""
+    prefix = _prefix(state_dict)
     state_dict = dict(state_dict)
     dropped: list[str] = []
     for key in [k for k in state_dict if k.endswith("embed_positions.weight")]:
@@ -174,8 +181,6 @@ def convert_state_dict(
     if "final_logits_bias" in state_dict:
         state_dict["final_logits_bias"] = state_dict["final_logits_bias"].reshape(-1)  # (1, V) -> (V,)
     renamed, more_dropped = rename_keys(state_dict, RULES)
-    for old, new in _RENAMED_MODULES:
-        renamed = {key.replace(f".{old}.", f".{new}."): value for key, value in renamed.items()}
     return renamed, dropped + more_dropped
 
 
@@ -185,7 +190,7 @@ def _effective_config(config: dict[str, Any], state_dict: dict[str, torch.Tensor
     and converts as one with separate vocabularies."""
     if not config.get("share_encoder_decoder_embeddings", True) or config.get("tie_word_embeddings", True):
         return config
-    prefix = "model." if any(key.startswith("model.") for key in state_dict) else ""
+    prefix = _prefix(state_dict)
     encoder = state_dict.get(f"{prefix}encoder.embed_tokens.weight")
     decoder = state_dict.get(f"{prefix}decoder.embed_tokens.weight")
     if encoder is None or decoder is None or torch.equal(encoder, decoder):

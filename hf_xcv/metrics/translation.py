@@ -68,12 +68,20 @@ class _CorpusMetric(evaluate.Metric):
     ``inputs_description`` to the docstrings of ``compute`` and ``add_batch``, so the overrides need one.
     """
 
+    DESCRIPTION = ""
+    FIELDS: tuple[str, ...] = ()  # attributes of sacrebleu's score object that compute returns
+
+    def _info(self) -> evaluate.MetricInfo:
+        return evaluate.MetricInfo(
+            description=self.DESCRIPTION, citation=_CITATION, inputs_description=_INPUTS, features=_features()
+        )
+
     def _scorer(self, **options):
         """The sacrebleu metric (``sacrebleu.BLEU``, ``sacrebleu.CHRF``) for these options, which it checks."""
         raise NotImplementedError
 
     def _summary(self, scorer, score) -> dict:
-        raise NotImplementedError
+        return {**{name: getattr(score, name) for name in self.FIELDS}, "signature": str(scorer.get_signature())}
 
     def add_batch(self, *, predictions=None, references=None, **kwargs) -> None:
         """Add a batch of predictions and references; an empty batch adds nothing.\n"""
@@ -113,13 +121,8 @@ class Bleu(_CorpusMetric):
     ``sys_len``, ``ref_len`` and sacrebleu's ``signature``.
     """
 
-    def _info(self) -> evaluate.MetricInfo:
-        return evaluate.MetricInfo(
-            description="BLEU of sacrebleu: n-gram precision with a brevity penalty, over the whole corpus.",
-            citation=_CITATION,
-            inputs_description=_INPUTS,
-            features=_features(),
-        )
+    DESCRIPTION = "BLEU of sacrebleu: n-gram precision with a brevity penalty, over the whole corpus."
+    FIELDS = ("score", "counts", "totals", "precisions", "bp", "sys_len", "ref_len")
 
     def _scorer(
         self,
@@ -140,10 +143,6 @@ class Bleu(_CorpusMetric):
             tokenize=tokenize, lowercase=lowercase, smooth_method=smooth_method, smooth_value=smooth_value, force=force
         )
 
-    def _summary(self, scorer, score) -> dict:
-        fields = ("score", "counts", "totals", "precisions", "bp", "sys_len", "ref_len")
-        return {**{name: getattr(score, name) for name in fields}, "signature": str(scorer.get_signature())}
-
 
 class ChrF(_CorpusMetric):
     """Corpus chrF (chrF++ with ``word_order=2``) of sacrebleu.
@@ -154,13 +153,8 @@ class ChrF(_CorpusMetric):
     Returns ``score`` (0-100), the orders and ``beta`` it was computed with, and sacrebleu's ``signature``.
     """
 
-    def _info(self) -> evaluate.MetricInfo:
-        return evaluate.MetricInfo(
-            description="chrF of sacrebleu: F-score of character (and with word_order > 0, word) n-grams.",
-            citation=_CITATION,
-            inputs_description=_INPUTS,
-            features=_features(),
-        )
+    DESCRIPTION = "chrF of sacrebleu: F-score of character (and with word_order > 0, word) n-grams."
+    FIELDS = ("score", "char_order", "word_order", "beta")
 
     def _scorer(
         self,
@@ -178,7 +172,3 @@ class ChrF(_CorpusMetric):
         return _sacrebleu().CHRF(
             char_order=char_order, word_order=word_order, beta=beta, lowercase=lowercase, whitespace=whitespace
         )
-
-    def _summary(self, scorer, score) -> dict:
-        fields = ("score", "char_order", "word_order", "beta")
-        return {**{name: getattr(score, name) for name in fields}, "signature": str(scorer.get_signature())}

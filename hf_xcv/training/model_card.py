@@ -50,6 +50,23 @@ def _versions() -> list[tuple[str, str]]:
     ]
 
 
+def _eval_results(
+    dataset_id: str, dataset_name: str, results: Sequence[MeasuredResult], task_type: str
+) -> list[EvalResult]:
+    """The model-index: one entry per measured result."""
+    return [
+        EvalResult(
+            task_type=task_type,
+            dataset_type=dataset_id,
+            dataset_name=dataset_name,
+            dataset_split=r.split,
+            metric_type=r.metric,
+            metric_value=float(r.value),
+        )
+        for r in results
+    ]
+
+
 def build_model_card(
     template_path: str | os.PathLike,
     model: Any,
@@ -88,17 +105,7 @@ def build_model_card(
         tags=["hf_xcv", config.model_type, task_type, *tags],
         datasets=[dataset_id],
         metrics=sorted({r.metric for r in results}),
-        eval_results=[
-            EvalResult(
-                task_type=task_type,
-                dataset_type=dataset_id,
-                dataset_name=dataset_name,
-                dataset_split=r.split,
-                metric_type=r.metric,
-                metric_value=float(r.value),
-            )
-            for r in results
-        ],
+        eval_results=_eval_results(dataset_id, dataset_name, results, task_type),
     )
     return ModelCard.from_template(
         card_data,

@@ -55,11 +55,13 @@ def padding_keep_mask(attention_mask: torch.Tensor | None, length: int, name: st
     return attention_mask.bool()[:, None, None, :]  # (B, 1, 1, L)
 
 
-def check_not_empty(attention_mask: torch.Tensor | None, name: str) -> None:
-    """A sequence whose mask is all zeros has nothing to encode or attend to."""
-    if attention_mask is not None and not attention_mask.bool().any(dim=-1).all():
-        empty = (~attention_mask.bool().any(dim=-1)).nonzero().flatten().tolist()
-        raise ValueError(f"{name} marks no token at all in batch rows {empty}: empty sequences cannot be encoded")
+def check_not_empty(keep: torch.Tensor | None, name: str) -> None:
+    """A sequence whose (B, 1, 1, L) keep mask is all False has nothing to encode or attend to."""
+    if keep is not None:
+        has_tokens = keep.flatten(1).any(dim=-1)  # (B,)
+        if not has_tokens.all():
+            empty = (~has_tokens).nonzero().flatten().tolist()
+            raise ValueError(f"{name} marks no token at all in batch rows {empty}: empty sequences cannot be encoded")
 
 
 class TransformerStack(nn.Module):
@@ -229,7 +231,7 @@ class TransformerEncoder(TransformerStack):
     ) -> BaseModelOutput:
         hidden_states = self.embed(input_ids, inputs_embeds)  # (B, S, d_model)
         keep = padding_keep_mask(attention_mask, hidden_states.shape[1], "attention_mask")
-        check_not_empty(attention_mask, "attention_mask")
+        check_not_empty(keep, "attention_mask")
         all_hidden, all_attentions = [], []
         for layer in self.layers:
             all_hidden.append(hidden_states)
