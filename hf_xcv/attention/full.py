@@ -103,6 +103,10 @@ class FullAttention(AttentionCore):
         super().__init__(num_heads, head_dim)
         self.is_causal = False  # read by transformers' backends when `is_causal` is not passed
 
+    @classmethod
+    def exact_kwargs(cls, length: int, grid: tuple[int, int] | None = None) -> dict[str, Any]:
+        return {}
+
     def forward(
         self,
         q: torch.Tensor,
@@ -117,6 +121,7 @@ class FullAttention(AttentionCore):
         scaling: float | None = None,
         output_weights: bool = False,
         module: nn.Module | None = None,
+        prefix_tokens: int = 0,
     ) -> AttentionOutput:
         """``module`` is the owning attention layer: its ``config._attn_implementation`` picks the backend."""
         check_keep_mask(attention_mask)

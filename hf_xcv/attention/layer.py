@@ -9,7 +9,7 @@ from torch import nn
 from transformers import PretrainedConfig
 from transformers.cache_utils import Cache, EncoderDecoderCache
 
-from .registry import build_attention, check_capabilities
+from .registry import build_attention, capability_problems, raise_problems
 
 
 class MultiHeadAttention(nn.Module):
@@ -50,6 +50,7 @@ class MultiHeadAttention(nn.Module):
         self.config = config
         self.is_causal = False
         self.layer_idx = layer_idx
+        self.aux_loss: torch.Tensor | None = None  # the core's auxiliary loss from the last call
         kv_size = hidden_size if kv_size is None else kv_size
         self.q_proj = nn.Linear(hidden_size, hidden_size, bias=qkv_bias)
         self.k_proj = nn.Linear(kv_size, hidden_size, bias=qkv_bias)
@@ -92,6 +93,7 @@ class MultiHeadAttention(nn.Module):
         state: Any = None,
         output_attentions: bool = False,
         cache: Cache | None = None,
+        prefix_tokens: int = 0,
     ) -> tuple[torch.Tensor, torch.Tensor | None, Any]:
         """Attend from ``hidden_states`` (B, Lq, C) to itself or to ``key_value_states`` (B, Lk, C_kv).
 
@@ -99,11 +101,17 @@ class MultiHeadAttention(nn.Module):
         values of earlier steps are reused: ``attention_mask`` then covers all past + current keys, and a
         causal mask aligns the queries with the last keys.
 
+        ``prefix_tokens`` counts leading special tokens ([CLS]) that global-token cores make global and
+        grid cores keep out of the grid.
+
         Returns the output (B, Lq, C), the attention probabilities (B, H, Lq, Lk) when
-        ``output_attentions`` is set (else None), and the core's new state.
+        ``output_attentions`` is set (else None), and the core's new state. The core's auxiliary loss, if
+        any, is left in ``self.aux_loss`` for the model to add to its training loss.
         """
         cross = key_value_states is not None
-        check_capabilities(
+        source = key_value_states if cross else hidden_states
+        past = cache.get_seq_length(self.layer_idx) if cache is not None and not cross else 0
+        reasons = capability_problems(
             self.attention_type,
             padding_mask=attention_mask is not None,
             causal=causal,
@@ -111,8 +119,8 @@ class MultiHeadAttention(nn.Module):
             returns_weights=output_attentions,
             grid_available=grid is not None,
             stateful=state is not None,
-        )
-        source = key_value_states if cross else hidden_states
+        ) + tuple(self.core.length_problems(hidden_states.shape[1], past + source.shape[1], grid, prefix_tokens))
+        raise_problems(self.attention_type, reasons)
         q = self._split_heads(self.q_proj(hidden_states))  # (B, H, Lq, D)
         k, v = self._keys_values(source, cross, cache)  # (B, H, Lk, D) each
         out = self.core(
@@ -127,7 +135,9 @@ class MultiHeadAttention(nn.Module):
             scaling=self.scaling,
             output_weights=output_attentions,
             module=self,
+            prefix_tokens=prefix_tokens,
         )
+        self.aux_loss = out.aux_loss
         batch, _, q_len, _ = out.values.shape
         merged = out.values.transpose(1, 2).reshape(batch, q_len, self.num_heads * self.head_dim)  # (B, Lq, C)
         return self.o_proj(merged), out.weights, out.state

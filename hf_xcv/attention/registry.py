@@ -9,12 +9,18 @@ with ``q``: (batch, heads, q_len, head_dim), ``k``/``v``: (batch, heads, kv_len,
 ``torch.nn.functional.scaled_dot_product_attention``. ``attention_mask`` is a boolean *keep* mask
 broadcastable to (batch, heads, q_len, kv_len) (True = may attend). ``grid`` is the (height, width) of
 the token layout for cores that need a 2-D arrangement, ``state`` whatever a stateful core carried
-from the previous call. Keyword-only extras: ``dropout``, ``scaling``, ``output_weights`` and
-``module`` (the owning layer). It returns an :class:`AttentionOutput` (values in the layout of ``q``,
-optional weights, optional new state).
+from the previous call. Keyword-only extras: ``dropout``, ``scaling``, ``output_weights``, ``module``
+(the owning layer) and ``prefix_tokens`` (how many leading tokens are special, such as ViT's [CLS]:
+global-token entries make them global, grid entries keep them out of the grid, so that
+``length == prefix_tokens + height * width``). It returns an :class:`AttentionOutput` (values in the
+layout of ``q``, optional weights, optional new state, optional auxiliary loss).
 
-Each core declares what it can serve in :class:`Capabilities`; :func:`check_capabilities` turns a
-mismatch into one ``ValueError`` listing every missing capability.
+Each core declares what it can serve in :class:`Capabilities`, and what lengths it takes in
+:meth:`AttentionCore.length_problems`; :func:`attention_problems` turns every mismatch into one
+``ValueError`` listing all the reasons. Each core also says how it relates to plain softmax attention:
+:meth:`AttentionCore.exact_kwargs` gives the settings under which it *is* plain softmax attention, and
+pattern-based cores return their boolean pattern from :meth:`AttentionCore.dense_mask`, so that
+``core(q, k, v) == dense_attention(q, k, v, core.dense_mask(q, k))``.
 """
 
 from __future__ import annotations
@@ -39,6 +45,9 @@ class Capabilities:
         returns_weights: can return the (batch, heads, q_len, kv_len) attention probabilities.
         needs_grid: requires the (height, width) layout of the tokens.
         stateful: carries memory from one call to the next.
+        requires_causal: only defined for causal attention (e.g. segment recurrence).
+        relative_positions: encodes token positions itself; a model then adds no absolute positions.
+        length_constraint: what lengths it takes, in words (for docs; enforced by ``length_problems``).
     """
 
     padding_mask: bool = False
@@ -47,6 +56,9 @@ class Capabilities:
     returns_weights: bool = False
     needs_grid: bool = False
     stateful: bool = False
+    requires_causal: bool = False
+    relative_positions: bool = False
+    length_constraint: str = ""
 
 
 # Human-readable names of the capabilities, used in error messages.
@@ -60,11 +72,16 @@ _CAPABILITY_WORDS = {
 
 
 class AttentionOutput(NamedTuple):
-    """What a core returns: values shaped like ``q``, optional weights, optional new state."""
+    """What a core returns: values shaped like ``q``, optional weights, new state, auxiliary loss.
+
+    ``aux_loss`` is a scalar a model adds to its training loss (e.g. a k-means commitment or a memory
+    reconstruction loss); None for cores without one.
+    """
 
     values: torch.Tensor  # (B, H, Lq, D)
     weights: torch.Tensor | None = None  # (B, H, Lq, Lk)
     state: Any = None
+    aux_loss: torch.Tensor | None = None
 
 
 class AttentionCore(nn.Module):
@@ -76,6 +93,11 @@ class AttentionCore(nn.Module):
 
     name: ClassVar[str] = ""
     capabilities: ClassVar[Capabilities] = Capabilities()
+    # Settings that give a non-trivial pattern on inputs of a few dozen tokens (tiny test models, demos).
+    small_kwargs: ClassVar[dict[str, Any]] = {}
+    # True when which keys a query sees depends on query/key *contents* (hashing, clustering, sorting):
+    # changing future queries/keys may then regroup the present, but future values never leak.
+    content_routed: ClassVar[bool] = False
 
     def __init__(self, num_heads: int, head_dim: int):
         super().__init__()
@@ -98,10 +120,44 @@ class AttentionCore(nn.Module):
         scaling: float | None = None,
         output_weights: bool = False,
         module: nn.Module | None = None,
+        prefix_tokens: int = 0,
     ) -> AttentionOutput:
         """``dropout`` applies to the attention probabilities, ``scaling`` defaults to head_dim**-0.5,
-        ``output_weights`` asks for the probabilities, ``module`` is the owning layer (for its config)."""
+        ``output_weights`` asks for the probabilities, ``module`` is the owning layer (for its config),
+        ``prefix_tokens`` counts the leading special tokens ([CLS])."""
         raise NotImplementedError
+
+    def length_problems(
+        self, q_len: int, kv_len: int, grid: tuple[int, int] | None = None, prefix_tokens: int = 0
+    ) -> list[str]:
+        """Reasons (in words) why this instance cannot take these lengths; empty when it can."""
+        if grid is not None and self.capabilities.needs_grid and q_len != prefix_tokens + grid[0] * grid[1]:
+            return [
+                f"its {q_len} tokens are not {prefix_tokens} prefix token(s) plus a {grid[0]}x{grid[1]} grid"
+            ]
+        return []
+
+    @classmethod
+    def exact_kwargs(cls, length: int, grid: tuple[int, int] | None = None) -> dict[str, Any] | None:
+        """``attention_kwargs`` under which this entry equals plain softmax attention over ``length`` tokens
+        (after :meth:`make_exact_`); None for entries that have no such setting (approximations)."""
+        return None
+
+    def make_exact_(self) -> None:
+        """Set learned parts to the values that make an instance built with :meth:`exact_kwargs` exact
+        (e.g. identity length projections). Most entries need nothing."""
+
+    def dense_mask(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        causal: bool = False,
+        grid: tuple[int, int] | None = None,
+        prefix_tokens: int = 0,
+    ) -> torch.Tensor | None:
+        """The boolean keep mask, broadcastable to (B, H, Lq, Lk), under which plain softmax attention equals
+        this core's output for these inputs (same seed / buffers); None when the core is not pattern-based."""
+        return None
 
 
 _REGISTRY: dict[str, type[AttentionCore]] = {}
@@ -152,7 +208,7 @@ def validate_attention_kwargs(name: str, attention_kwargs: dict[str, Any] | None
 
 
 @functools.cache  # called by every attention layer on every call: the answer never changes
-def check_capabilities(
+def capability_problems(
     name: str,
     *,
     padding_mask: bool = False,
@@ -161,8 +217,8 @@ def check_capabilities(
     returns_weights: bool = False,
     grid_available: bool = False,
     stateful: bool = False,
-) -> None:
-    """Raise one ValueError listing every request the entry ``name`` cannot serve."""
+) -> tuple[str, ...]:
+    """Every request the entry ``name`` cannot serve, in words (empty when it can serve them all)."""
     caps = get_attention_class(name).capabilities
     wanted = {
         "padding_mask": padding_mask,
@@ -178,8 +234,21 @@ def check_capabilities(
     ]
     if caps.needs_grid and not grid_available:
         reasons.append("it needs a 2-D token grid, which this model does not provide")
+    if caps.requires_causal and not causal:
+        reasons.append("it is only defined for causal (autoregressive) attention")
+    return tuple(reasons)
+
+
+def raise_problems(name: str, reasons: list[str] | tuple[str, ...]) -> None:
+    """One ValueError naming the entry and every reason; nothing when there are none."""
     if reasons:
         raise ValueError(f"attention_type={name!r} cannot be used here: " + "; ".join(reasons))
+
+
+def check_capabilities(name: str, **requests: bool) -> None:
+    """Raise one ValueError listing every request the entry ``name`` cannot serve (see
+    :func:`capability_problems` for the requests)."""
+    raise_problems(name, capability_problems(name, **requests))
 
 
 def build_attention(name: str, num_heads: int, head_dim: int, **attention_kwargs: Any) -> AttentionCore:
