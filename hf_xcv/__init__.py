@@ -14,6 +14,13 @@ from .models.transformer import (
 )
 from .models.transformer.tokenization_transformer import TransformerTokenizerFast, train_tokenizer
 from .models.vit import ViTConfig, ViTForImageClassification, ViTImageProcessor, ViTModel, ViTPreTrainedModel
+from .models.xformer import (
+    XFormerConfig,
+    XFormerForCausalLM,
+    XFormerForSequenceClassification,
+    XFormerModel,
+    XFormerPreTrainedModel,
+)
 from .presets import PRESETS, preset_config
 
 __version__ = "0.1.0"
@@ -33,6 +40,11 @@ __all__ = [
     "ViTImageProcessor",
     "ViTModel",
     "ViTPreTrainedModel",
+    "XFormerConfig",
+    "XFormerForCausalLM",
+    "XFormerForSequenceClassification",
+    "XFormerModel",
+    "XFormerPreTrainedModel",
     "available_attention_types",
     "build_attention",
     "preset_config",

@@ -7,8 +7,10 @@ from dataclasses import dataclass, field
 from transformers import (
     AutoConfig,
     AutoModel,
+    AutoModelForCausalLM,
     AutoModelForImageClassification,
     AutoModelForSeq2SeqLM,
+    AutoModelForSequenceClassification,
     AutoTokenizer,
     PretrainedConfig,
 )
@@ -17,6 +19,7 @@ from transformers.models.auto.image_processing_auto import IMAGE_PROCESSOR_MAPPI
 from .models.transformer import TransformerConfig, TransformerForConditionalGeneration, TransformerModel
 from .models.transformer.tokenization_transformer import TransformerTokenizerFast
 from .models.vit import ViTConfig, ViTForImageClassification, ViTImageProcessor, ViTModel
+from .models.xformer import XFormerConfig, XFormerForCausalLM, XFormerForSequenceClassification, XFormerModel
 
 
 @dataclass(frozen=True)
@@ -52,12 +55,23 @@ MODEL_TYPES: dict[str, ModelEntry] = {
             tokenizer=TransformerTokenizerFast,
             test_preset="transformer-test-tiny",
         ),
+        ModelEntry(
+            config=XFormerConfig,
+            base_model=XFormerModel,
+            heads={
+                "AutoModelForSequenceClassification": XFormerForSequenceClassification,
+                "AutoModelForCausalLM": XFormerForCausalLM,
+            },
+            test_preset="xformer-test-tiny",
+        ),
     ]
 }
 
 _AUTO_HEADS = {
     "AutoModelForImageClassification": AutoModelForImageClassification,
     "AutoModelForSeq2SeqLM": AutoModelForSeq2SeqLM,
+    "AutoModelForSequenceClassification": AutoModelForSequenceClassification,
+    "AutoModelForCausalLM": AutoModelForCausalLM,
 }
 
 

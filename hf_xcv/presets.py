@@ -47,6 +47,10 @@ def _transformer(d_model: int, layers: int, heads: int, ffn: int, **more: Any) -
     )
 
 
+def _xformer(hidden: int, layers: int, heads: int, mlp: int, **more: Any) -> dict:
+    return dict(hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads, intermediate_size=mlp, **more)
+
+
 _VIT_PAPER = "Dosovitskiy et al. 2020, Table 1"
 _TRANSFORMER_PAPER = "Vaswani et al. 2017, Tables 2-3"
 _DEIT_PAPER = "Touvron et al. 2021 (DeiT), ImageNet-1k only, 224px"
@@ -99,6 +103,18 @@ PRESETS: dict[str, Preset] = {
     "transformer-test-tiny": Preset(
         "xcv_transformer",
         _transformer(32, 2, 4, 64, vocab_size=300, max_position_embeddings=64, dropout=0.0),
+        "test fixture",
+    ),
+    # Long Range Arena's shared encoder for its byte-level text task (Tay et al. 2020, Appendix): choose the
+    # attention with attention_type=...; LRA reports its accuracy per X-former in Table 1.
+    "xformer-lra-text": Preset(
+        "xcv_xformer",
+        _xformer(256, 4, 4, 1024, vocab_size=257, max_position_embeddings=4096, pooling="mean"),
+        "Tay et al. 2020 (Long Range Arena), text classification encoder at 4K bytes",
+    ),
+    "xformer-test-tiny": Preset(
+        "xcv_xformer",
+        _xformer(32, 2, 4, 64, vocab_size=300, max_position_embeddings=64, hidden_dropout_prob=0.0),
         "test fixture",
     ),
 }

@@ -7,16 +7,25 @@ from __future__ import annotations
 
 import pytest
 import torch
-from transformers import AutoConfig, AutoModel, AutoModelForImageClassification, AutoModelForSeq2SeqLM
+from transformers import (
+    AutoConfig,
+    AutoModel,
+    AutoModelForCausalLM,
+    AutoModelForImageClassification,
+    AutoModelForSeq2SeqLM,
+    AutoModelForSequenceClassification,
+)
 
 import hf_xcv
 from hf_xcv import MODEL_TYPES, preset_config
-from hf_xcv.attention import available_attention_types
+from hf_xcv.attention import available_attention_types, get_attention_class
 from hf_xcv.layers import to_pair
 
 AUTO_CLASSES = {
     "AutoModelForImageClassification": AutoModelForImageClassification,
     "AutoModelForSeq2SeqLM": AutoModelForSeq2SeqLM,
+    "AutoModelForSequenceClassification": AutoModelForSequenceClassification,
+    "AutoModelForCausalLM": AutoModelForCausalLM,
 }
 MODEL_CASES = [
     (model_type, cls) for model_type, entry in MODEL_TYPES.items() for cls in [entry.base_model, *entry.heads.values()]
@@ -31,10 +40,12 @@ def tiny_config(model_type: str, **overrides):
     return preset_config(MODEL_TYPES[model_type].test_preset, num_labels=3, **overrides)
 
 
-def make_inputs(model, batch: int = 2, labels: bool = True) -> dict[str, torch.Tensor]:
+def make_inputs(model, batch: int = 2, labels: bool = True, padded: bool = True) -> dict[str, torch.Tensor]:
     config = model.config
-    if model.main_input_name == "input_ids":
+    if config.is_encoder_decoder:
         return make_seq2seq_inputs(config, batch, labels and hasattr(model, "lm_head"))
+    if model.main_input_name == "input_ids":
+        return make_sequence_inputs(model, batch, labels, padded)
     height, width = to_pair(config.image_size)
     inputs = {model.main_input_name: torch.randn(batch, config.num_channels, height, width)}
     if labels and hasattr(model, "num_labels"):
@@ -53,6 +64,22 @@ def make_seq2seq_inputs(config, batch: int, labels: bool) -> dict[str, torch.Ten
     inputs["decoder_input_ids"] = torch.cat([torch.full((batch, 1), config.decoder_start_token_id), target[:, :-1]], 1)
     if labels:
         inputs["labels"] = target
+    return inputs
+
+
+def make_sequence_inputs(model, batch: int, labels: bool, padded: bool, length: int = 16) -> dict[str, torch.Tensor]:
+    """Token ids (the last row padded after 11 tokens when ``padded``) and labels for the model's task."""
+    config = model.config
+    generator = torch.Generator().manual_seed(0)
+    ids = torch.randint(4, config.vocab_size, (batch, length), generator=generator)
+    mask = torch.ones_like(ids)
+    if padded:
+        mask[-1, 11:] = 0
+    inputs = {"input_ids": ids.masked_fill(mask == 0, config.pad_token_id), "attention_mask": mask}
+    if labels and hasattr(model, "lm_head"):
+        inputs["labels"] = inputs["input_ids"].masked_fill(mask == 0, -100)
+    elif labels and hasattr(model, "num_labels"):
+        inputs["labels"] = torch.randint(0, config.num_labels, (batch,), generator=generator)
     return inputs
 
 
@@ -193,20 +220,62 @@ def test_no_split_modules_and_gradient_checkpointing_are_declared(model_case):
     assert model.supports_gradient_checkpointing
 
 
+# Which attention entries each task model can serve, from the entries' declared capabilities.
+SERVES = {
+    "ViTForImageClassification": lambda caps: not caps.requires_causal,
+    "TransformerForConditionalGeneration": lambda caps: caps.padding_mask and caps.causal and caps.cross_attention,
+    "XFormerForSequenceClassification": lambda caps: not caps.needs_grid and not caps.requires_causal,
+    "XFormerForCausalLM": lambda caps: caps.causal and not caps.needs_grid,
+}
+HEADS = [(model_type, auto_name, head) for model_type, e in MODEL_TYPES.items() for auto_name, head in e.heads.items()]
+
+
+def test_every_task_model_states_which_attention_entries_it_serves():
+    assert {head.__name__ for _, _, head in HEADS} == set(SERVES)
+    for name in available_attention_types():
+        caps = get_attention_class(name).capabilities
+        assert any(SERVES[head.__name__](caps) for _, _, head in HEADS), f"no model serves {name!r}"
+
+
+def entry_config(model_type: str, attention_type: str):
+    kwargs = get_attention_class(attention_type).small_kwargs
+    return tiny_config(model_type, attention_type=attention_type, attention_kwargs=dict(kwargs))
+
+
+def run_loss(model, inputs, stateful: bool):
+    """The training loss; stateful cores run two segments, the second with the first one's memory."""
+    if not stateful:
+        return model(**inputs).loss
+    first = model(**inputs)
+    second = model(**inputs, mems=first.mems)
+    return first.loss + second.loss
+
+
 @pytest.mark.parametrize("attention_type", available_attention_types())
-@pytest.mark.parametrize("model_type", list(MODEL_TYPES))
-def test_every_attention_entry_trains_saves_and_reloads_in_every_model(model_type, attention_type, tmp_path):
-    """Every registry entry runs inside every model type: trains, saves, reloads to the same outputs."""
-    entry = MODEL_TYPES[model_type]
-    auto_name, head = next(iter(entry.heads.items()))
-    model = head(tiny_config(model_type, attention_type=attention_type)).train()
-    out = model(**make_inputs(model))
-    out.loss.backward()
+@pytest.mark.parametrize("head_case", HEADS, ids=lambda case: case[2].__name__)
+def test_every_attention_entry_trains_saves_and_reloads_in_every_model(head_case, attention_type, tmp_path):
+    """Every registry entry runs inside every task model that can serve it (trains: every parameter gets a
+    gradient; saves; reloads through the Auto class to the same outputs), and the others refuse it by name."""
+    model_type, auto_name, head = head_case
+    caps = get_attention_class(attention_type).capabilities
+    if not SERVES[head.__name__](caps):
+        with pytest.raises(ValueError, match=f"attention_type={attention_type!r}"):
+            head(entry_config(model_type, attention_type))
+        return
+    torch.manual_seed(0)
+    model = head(entry_config(model_type, attention_type)).train()
+    inputs = make_inputs(model, padded=caps.padding_mask)
+    loss = run_loss(model, inputs, caps.stateful)
+    assert torch.isfinite(loss)
+    loss.backward()
     missing = [n for n, p in model.named_parameters() if p.grad is None]
     assert not missing, f"no gradient for {missing}"
     model.eval().save_pretrained(tmp_path)
     reloaded = AUTO_CLASSES[auto_name].from_pretrained(tmp_path).eval()
     assert reloaded.config.attention_type == attention_type
-    inputs = make_inputs(model, labels=False)
+    inputs = make_inputs(model, labels=False, padded=caps.padding_mask)
     with torch.no_grad():
-        assert torch.equal(model(**inputs).logits, reloaded(**inputs).logits)
+        torch.manual_seed(1)
+        expected = model(**inputs).logits
+        torch.manual_seed(1)
+        assert torch.equal(expected, reloaded(**inputs).logits)

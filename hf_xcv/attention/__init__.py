@@ -1,7 +1,26 @@
 """The attention registry: ``full`` plus the efficient "X-former" attentions, one call signature for all."""
 
-from . import full  # noqa: F401  (registers "full")
+# Importing an entry's module registers it.
+from . import (  # noqa: F401
+    axial,
+    bigbird,
+    etc,
+    full,
+    isab,
+    kernel,
+    linformer,
+    local,
+    longformer,
+    lsh,
+    memory_compressed,
+    recurrent,
+    routing,
+    sinkhorn,
+    sparse,
+    synthesizer,
+)
 from .full import FullAttention, causal_keep_mask, dense_attention
+from .isab import PoolingByMultiheadAttention
 from .layer import MultiHeadAttention
 from .registry import (
     AttentionCore,
@@ -24,6 +43,7 @@ __all__ = [
     "Capabilities",
     "FullAttention",
     "MultiHeadAttention",
+    "PoolingByMultiheadAttention",
     "attention_kwarg_defaults",
     "available_attention_types",
     "build_attention",

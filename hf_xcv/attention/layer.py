@@ -52,15 +52,22 @@ class MultiHeadAttention(nn.Module):
         self.layer_idx = layer_idx
         self.aux_loss: torch.Tensor | None = None  # the core's auxiliary loss from the last call
         kv_size = hidden_size if kv_size is None else kv_size
-        self.q_proj = nn.Linear(hidden_size, hidden_size, bias=qkv_bias)
-        self.k_proj = nn.Linear(kv_size, hidden_size, bias=qkv_bias)
+        self.core = build_attention(attention_type, num_heads, self.head_dim, **(attention_kwargs or {}))
+        reads = self.core.projections  # a core that never reads queries or keys gets no projection for them
+        self.q_proj = nn.Linear(hidden_size, hidden_size, bias=qkv_bias) if "q" in reads else None
+        self.k_proj = nn.Linear(kv_size, hidden_size, bias=qkv_bias) if "k" in reads else None
         self.v_proj = nn.Linear(kv_size, hidden_size, bias=qkv_bias)
         self.o_proj = nn.Linear(hidden_size, hidden_size)
-        self.core = build_attention(attention_type, num_heads, self.head_dim, **(attention_kwargs or {}))
 
     def _split_heads(self, x: torch.Tensor) -> torch.Tensor:
         batch, length, _ = x.shape
         return x.view(batch, length, self.num_heads, self.head_dim).transpose(1, 2)  # (B, H, L, D)
+
+    def _project(self, projection: nn.Linear | None, x: torch.Tensor) -> torch.Tensor:
+        """(B, L, C) -> (B, H, L, D); zeros (a broadcast view, no memory) for a projection the core never reads."""
+        if projection is None:
+            return x.new_zeros(()).expand(x.shape[0], self.num_heads, x.shape[1], self.head_dim)
+        return self._split_heads(projection(x))
 
     def _keys_values(self, source: torch.Tensor, cross: bool, cache: Cache | None) -> tuple[torch.Tensor, torch.Tensor]:
         """Project keys and values of ``source``, or take them from / append them to a transformers ``cache``.
@@ -73,8 +80,8 @@ class MultiHeadAttention(nn.Module):
             layers = cache.cross_attention_cache if cross else cache.self_attention_cache
             if cross and cache.is_updated.get(self.layer_idx):
                 return layers.layers[self.layer_idx].keys, layers.layers[self.layer_idx].values
-        k = self._split_heads(self.k_proj(source))  # (B, H, Lk, D)
-        v = self._split_heads(self.v_proj(source))  # (B, H, Lk, D)
+        k = self._project(self.k_proj, source)  # (B, H, Lk, D)
+        v = self._project(self.v_proj, source)  # (B, H, Lk, D)
         if layers is not None:
             if self.layer_idx is None:
                 raise ValueError("a key/value cache needs the attention layer's layer_idx")
@@ -121,7 +128,7 @@ class MultiHeadAttention(nn.Module):
             stateful=state is not None,
         ) + tuple(self.core.length_problems(hidden_states.shape[1], past + source.shape[1], grid, prefix_tokens))
         raise_problems(self.attention_type, reasons)
-        q = self._split_heads(self.q_proj(hidden_states))  # (B, H, Lq, D)
+        q = self._project(self.q_proj, hidden_states)  # (B, H, Lq, D)
         k, v = self._keys_values(source, cross, cache)  # (B, H, Lk, D) each
         out = self.core(
             q,

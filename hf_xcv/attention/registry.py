@@ -98,6 +98,10 @@ class AttentionCore(nn.Module):
     # True when which keys a query sees depends on query/key *contents* (hashing, clustering, sorting):
     # changing future queries/keys may then regroup the present, but future values never leak.
     content_routed: ClassVar[bool] = False
+    # Which of the owning layer's input projections the core reads. A core that synthesizes its attention
+    # without keys (Synthesizer) drops "k"; the layer then builds no such projection (it would get no
+    # gradient) and passes zeros of the right shape in its place.
+    projections: ClassVar[tuple[str, ...]] = ("q", "k", "v")
 
     def __init__(self, num_heads: int, head_dim: int):
         super().__init__()
@@ -132,9 +136,7 @@ class AttentionCore(nn.Module):
     ) -> list[str]:
         """Reasons (in words) why this instance cannot take these lengths; empty when it can."""
         if grid is not None and self.capabilities.needs_grid and q_len != prefix_tokens + grid[0] * grid[1]:
-            return [
-                f"its {q_len} tokens are not {prefix_tokens} prefix token(s) plus a {grid[0]}x{grid[1]} grid"
-            ]
+            return [f"its {q_len} tokens are not {prefix_tokens} prefix token(s) plus a {grid[0]}x{grid[1]} grid"]
         return []
 
     @classmethod

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ...attention import check_capabilities
 from ...configuration_utils import (
     XcvConfig,
     check_activation,
@@ -107,3 +108,7 @@ class ViTConfig(XcvConfig):
             check_int("representation_size", self.representation_size)
         check_activation("representation_act", self.representation_act)
         check_attention(self.attention_type, self.attention_kwargs)
+        try:  # ViT attends bidirectionally over the patch grid
+            check_capabilities(self.attention_type, grid_available=True)
+        except ValueError as err:
+            raise ValueError(f"attention_type={self.attention_type!r} cannot serve a ViT encoder: {err}") from err

@@ -62,6 +62,7 @@ class ViTLayer(GradientCheckpointingLayer):
     def __init__(self, config: ViTConfig, drop_path: float = 0.0):
         super().__init__()
         dim = config.hidden_size
+        self.num_prefix_tokens = 1 if config.use_cls_token else 0  # [CLS]: global for global-token cores
         self.layernorm_before = nn.LayerNorm(dim, eps=config.layer_norm_eps)
         self.attention = MultiHeadAttention(
             dim,
@@ -81,7 +82,10 @@ class ViTLayer(GradientCheckpointingLayer):
         self, hidden_states: torch.Tensor, grid: tuple[int, int], output_attentions: bool = False
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         attended, weights, _ = self.attention(
-            self.layernorm_before(hidden_states), grid=grid, output_attentions=output_attentions
+            self.layernorm_before(hidden_states),
+            grid=grid,
+            output_attentions=output_attentions,
+            prefix_tokens=self.num_prefix_tokens,
         )
         hidden_states = hidden_states + self.drop_path(self.dropout(attended))
         hidden_states = hidden_states + self.drop_path(self.mlp(self.layernorm_after(hidden_states)))

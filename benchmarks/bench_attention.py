@@ -1,0 +1,581 @@
+"""Every attention registry entry against full attention (eager and sdpa): time and peak memory, LRA Table 2 style.
+
+    python benchmarks/bench_attention.py [--entries a,b,c] [--lengths 1024,2048] [--repeats 3] [--threads N]
+        [--timeout 1200] [--markdown PATH] [--quick] [--in-process]
+
+What is measured: ONE attention layer, projections included (as the Long Range Arena timed a layer):
+``hf_xcv.attention.MultiHeadAttention`` with hidden size 512 and 8 heads (head_dim 64), Q/K/V/O projections
+around the entry's core, in training mode, on one sequence (batch 1) of float32 inputs on the CPU. A step
+is forward + ``sum()`` of the output (plus the core's auxiliary loss, as a model adds it) + backward, with
+the input requiring gradient as it would inside a stack of layers. Full attention runs twice, with
+transformers' ``eager`` backend (the materialised (8, L, L) scores, the "vanilla Transformer" of LRA) and
+with ``sdpa`` (PyTorch's fused CPU kernel). Entries that are only defined for causal attention (xl,
+compressive) run causal; the others are bidirectional. Grid entries get a near-square ``grid=(h, w)``
+with ``h * w = L`` (32x32 for 1K ... 128x128 for 16K). Settings are each entry's defaults
+(``attention_kwarg_defaults``) except the length-tied ones in ``LENGTH_TIED`` below.
+
+Time: the median of ``--repeats`` steps after one warm-up step.
+
+Peak memory: the growth of the process's resident set (RSS) during one step, with the layer and its
+input already allocated. PyTorch keeps no allocator statistics on CPU; ``torch.profiler``'s memory events
+count ATen's allocations but not the allocator's behaviour and slow the run, whereas RSS is what the
+machine actually gives the process. Each (entry, length) runs in a fresh worker process
+(``--worker NAME LENGTH``) so that one measurement cannot inherit another's heap, and an out-of-memory kill
+or a timeout loses one cell, not the run. In the worker, after the timed steps: glibc's dynamic mmap
+threshold is fixed at 128 KiB (so every tensor of that size or more is mapped on allocation and returned
+to the system when freed, and RSS follows the live tensors), freed heap memory is trimmed, the kernel's
+peak-RSS counter is reset (``/proc/self/clear_refs``, Linux), one more step runs, and memory = peak RSS
+(``VmHWM``, what ``getrusage`` reports as ``ru_maxrss``) minus the RSS just before it. Resolution: one
+4 KiB page. Sanity check (printed with the table): eager full attention at 4K holds a few (8, 4096, 4096)
+float32 tensors (scores, probabilities, their gradients) of 512 MiB each.
+
+Before each cell a dry estimate, extrapolated from the same row's smaller lengths, skips it as
+``OOM-risk`` when the predicted peak does not fit in 75% of the memory available now, or as ``too slow``
+when the predicted steps exceed ``--timeout`` (eager full attention at 16K needs tens of GiB).
+
+Table (LRA Table 2 layout): per length, ``ms (speed-up vs eager / vs sdpa)`` with speed-up = t_full / t
+(> 1 = faster than full attention), then ``MiB (memory vs eager / vs sdpa)`` with ratio = m / m_full
+(< 1 = less memory). Targets, measured in this one run and printed as PASS/FAIL lines (the script exits 0):
+at 8K, linformer, performer, linear and local are each >= 5x faster than eager full attention and within
+2.5x of their own 4K peak memory; every sub-quadratic entry (all but full, synthesizer, xl, compressive:
+survey Table 1) uses less memory than eager full attention at 8K. Where sdpa is still faster or smaller
+than an entry is listed too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import gc
+import json
+import math
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import PretrainedConfig
+
+from hf_xcv.attention import (
+    MultiHeadAttention,
+    attention_kwarg_defaults,
+    available_attention_types,
+    get_attention_class,
+)
+
+HIDDEN, HEADS = 512, 8  # LRA's text-classification layer: emb 512, 8 heads
+DEFAULT_LENGTHS = (1024, 2048, 4096, 8192, 16384)
+QUICK_LENGTHS = (128, 256)
+# Survey Table 1 (Tay et al. 2020): these stay O(N^2) in the sequence length; every other entry is
+# sub-quadratic (memory_compressed's O(N_c^2) counts as reduced, as in the survey).
+QUADRATIC = {"full", "synthesizer_dense", "synthesizer_random", "xl", "compressive"}
+TARGET_ENTRIES = ("linformer", "performer", "linear", "local")  # LRA Table 2's fastest at 4K
+TARGET_SPEEDUP, TARGET_GROWTH, TARGET_LENGTH = 5.0, 2.5, 8192
+MEMORY_FRACTION = 0.75  # of MemAvailable, the most a cell may be predicted to take
+NOISY = 1.5  # a cell whose slowest repeat takes this many times its fastest is listed as noisy
+
+# Settings tied to the sequence length; everything else is the entry's paper default. xl and compressive
+# keep their defaults (mem_len 512, cmem_len 512): the timed call is a first segment (no memory yet), so
+# its keys are the L tokens of the input like every other entry's; the compressive entry then compresses
+# the L - mem_len positions pushed out of its memory and returns its reconstruction loss, part of its step.
+LENGTH_TIED: dict[str, tuple[str, Callable[[int], dict[str, Any]]]] = {
+    # E, F are (k, seq_len): they must cover the input
+    "linformer": ("seq_len=L", lambda length: {"seq_len": length}),
+    # the paper's k ~ sqrt(L) clusters is what makes it O(L^1.5); a fixed count stays O(L^2 / k)
+    "routing": ("num_clusters=sqrt(L)", lambda length: {"num_clusters": math.isqrt(length)}),
+    # the sorting network scores every block: L / block_size outputs (the default 128 blocks stop at 8K)
+    "sinkhorn": (
+        "max_blocks=L/block_size",
+        lambda length: {"max_blocks": -(-length // attention_kwarg_defaults("sinkhorn")["block_size"])},
+    ),
+    # the synthesized (L, L) score matrices cover max_length positions
+    "synthesizer_dense": ("max_length=L", lambda length: {"max_length": length}),
+    "synthesizer_random": ("max_length=L", lambda length: {"max_length": length}),
+}
+
+
+@dataclass(frozen=True)
+class Row:
+    """One row of the table: an entry, with the backend of full attention (None for the other entries)."""
+
+    entry: str
+    backend: str | None = None
+
+    @property
+    def label(self) -> str:
+        return f"{self.entry} ({self.backend})" if self.backend else self.entry
+
+    @property
+    def key(self) -> str:
+        """The worker's name for the row: ``full:eager``, ``full:sdpa`` or the entry's name."""
+        return f"{self.entry}:{self.backend}" if self.backend else self.entry
+
+    @classmethod
+    def from_key(cls, key: str) -> Row:
+        entry, _, backend = key.partition(":")
+        return cls(entry, backend or None)
+
+
+EAGER, SDPA = Row("full", "eager"), Row("full", "sdpa")
+
+
+def rows_for(entries: list[str]) -> list[Row]:
+    """The two full-attention rows first (the references), then each other entry."""
+    return [EAGER, SDPA] + [Row(name) for name in entries if name != "full"]
+
+
+def grid_for(length: int) -> tuple[int, int]:
+    """The most nearly square (h, w) with h * w = length and h <= w: (32, 64) for 2048, (64, 64) for 4096."""
+    height = math.isqrt(length)
+    while length % height:
+        height -= 1
+    return height, length // height
+
+
+def entry_kwargs(entry: str, length: int) -> dict[str, Any]:
+    """The entry's ``attention_kwargs`` at ``length``: its defaults with the length-tied ones overridden."""
+    tied = LENGTH_TIED[entry][1](length) if entry in LENGTH_TIED else {}
+    return {**attention_kwarg_defaults(entry), **tied}
+
+
+def call_settings(entry: str, length: int) -> dict[str, Any]:
+    """The layer call's ``causal`` and ``grid`` for this entry at ``length``."""
+    caps = get_attention_class(entry).capabilities
+    return {"causal": caps.requires_causal, "grid": grid_for(length) if caps.needs_grid else None}
+
+
+def row_notes(row: Row, length: int) -> str:
+    """Short table note: causal, grid, length-tied settings."""
+    if row.backend:
+        return {"eager": "reference: (8, L, L) scores", "sdpa": "PyTorch's fused kernel"}.get(row.backend, "")
+    call = call_settings(row.entry, length)
+    notes = ["causal"] if call["causal"] else []
+    if call["grid"]:
+        notes.append("grid h x w = L")
+    if row.entry in LENGTH_TIED:
+        notes.append(LENGTH_TIED[row.entry][0])
+    return ", ".join(notes)
+
+
+# ---- the worker: one (row, length) measured in this process ----
+
+
+def _status_kib(field: str) -> int:
+    """A ``VmRSS`` / ``VmHWM`` field of /proc/self/status, in KiB."""
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise RuntimeError(f"/proc/self/status has no {field}")
+
+
+def _reset_peak_rss() -> None:
+    """Make the kernel's peak-RSS counter (VmHWM, ru_maxrss) restart from the current RSS."""
+    with open("/proc/self/clear_refs", "w") as clear_refs:
+        clear_refs.write("5")
+
+
+def _release_freed_memory(fix_mmap_threshold: bool) -> None:
+    """Hand freed heap memory back to the system; optionally map every allocation >= 128 KiB on its own.
+
+    glibc raises its mmap threshold as large blocks are freed (up to 32 MiB), after which mid-size tensors
+    come from the heap and stay resident when freed; a fixed threshold stops that, so RSS follows the live
+    tensors. The threshold stays fixed for the rest of the process (a worker's last step).
+    """
+    gc.collect()
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:
+        return  # not glibc: RSS may then also count freed memory the allocator keeps
+    if fix_mmap_threshold:
+        libc.mallopt(-3, 128 * 1024)  # M_MMAP_THRESHOLD
+    libc.malloc_trim(0)
+
+
+def build_layer(row: Row, length: int) -> MultiHeadAttention:
+    """The benchmarked layer: 512 wide, 8 heads, the row's core (full with its backend)."""
+    config = PretrainedConfig(attn_implementation=row.backend) if row.backend else None
+    kwargs = {} if row.backend else entry_kwargs(row.entry, length)
+    layer = MultiHeadAttention(HIDDEN, HEADS, attention_type=row.entry, attention_kwargs=kwargs, config=config)
+    return layer.train()
+
+
+def forward_backward(layer: MultiHeadAttention, x: torch.Tensor, call: dict[str, Any]) -> None:
+    """One training step of the layer without the optimizer: forward, sum (+ aux loss), backward."""
+    layer.zero_grad(set_to_none=True)
+    x.grad = None
+    out, _, _ = layer(x, **call)  # (1, L, 512)
+    loss = out.sum()
+    if layer.aux_loss is not None:
+        loss = loss + layer.aux_loss
+    loss.backward()
+
+
+def measure(row: Row, length: int, repeats: int, fix_mmap_threshold: bool = True) -> dict[str, Any]:
+    """Median step time (ms) over ``repeats`` after a warm-up, then the RSS growth (MiB) of one more step."""
+    torch.manual_seed(0)
+    layer = build_layer(row, length)
+    call = {"causal": False, "grid": None} if row.backend else call_settings(row.entry, length)
+    x = torch.randn(1, length, HIDDEN, requires_grad=True)  # (B, L, C)
+    forward_backward(layer, x, call)  # warm-up
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        forward_backward(layer, x, call)
+        times.append(time.perf_counter() - start)
+    _release_freed_memory(fix_mmap_threshold)
+    before = _status_kib("VmRSS")
+    _reset_peak_rss()
+    forward_backward(layer, x, call)
+    peak = _status_kib("VmHWM")
+    return {
+        "status": "ok",
+        "ms": 1000 * statistics.median(times),
+        "mib": max(peak - before, 4) / 1024,  # one page is the resolution of VmHWM
+        "times_ms": [1000 * t for t in times],
+        "rss_before_mib": before / 1024,
+        "threads": torch.get_num_threads(),
+        "load": os.getloadavg()[0],  # other work on the machine during the cell
+    }
+
+
+def worker_main(key: str, length: int, repeats: int, threads: int | None) -> None:
+    """``--worker``: measure one cell and print it as one ``RESULT {json}`` line."""
+    if threads:
+        torch.set_num_threads(threads)
+    try:
+        result = measure(Row.from_key(key), length, repeats)
+    except Exception as error:  # reported in the table's error list, not a crash of the whole run
+        result = {"status": "error", "detail": f"{type(error).__name__}: {error}"}
+    print("RESULT " + json.dumps(result), flush=True)
+
+
+# ---- the driver: one worker per cell ----
+
+
+def run_in_subprocess(row: Row, length: int, repeats: int, threads: int | None, timeout: float) -> dict[str, Any]:
+    command = [sys.executable, str(Path(__file__).resolve()), "--worker", row.key, str(length)]
+    command += ["--repeats", str(repeats)] + (["--threads", str(threads)] if threads else [])
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"status": "timeout", "detail": f"no result within --timeout {timeout:.0f} s"}
+    for line in reversed(done.stdout.splitlines()):
+        if line.startswith("RESULT "):
+            return json.loads(line[len("RESULT ") :])
+    status = "killed" if done.returncode < 0 else "error"  # a negative code: a signal, most likely the OOM killer
+    tail = (done.stderr.strip().splitlines() or [""])[-1]
+    return {"status": status, "detail": f"worker exit code {done.returncode}: {tail}"}
+
+
+def run_in_process(row: Row, length: int, repeats: int, threads: int | None, timeout: float) -> dict[str, Any]:
+    """For tests: no process isolation and glibc's allocator left alone, so memory is only indicative."""
+    if threads:
+        torch.set_num_threads(threads)
+    return measure(row, length, repeats, fix_mmap_threshold=False)
+
+
+def available_mib() -> float:
+    with open("/proc/meminfo") as meminfo:
+        for line in meminfo:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) / 1024
+    return math.inf
+
+
+def extrapolate(history: list[tuple[int, float]], length: int) -> float | None:
+    """Predict a value at ``length`` from (length, value) pairs: a power law through the last two points,
+    its exponent clamped to [1, 2] (no entry grows faster than quadratically); quadratic from one point."""
+    if not history:
+        return None
+    (last_length, last), exponent = history[-1], 2.0
+    if len(history) >= 2:
+        prev_length, prev = history[-2]
+        if prev > 0 and last > 0:
+            exponent = min(2.0, max(1.0, math.log(last / prev) / math.log(last_length / prev_length)))
+    return last * (length / last_length) ** exponent
+
+
+def dry_check(row: Row, length: int, done: list[tuple[int, dict]], repeats: int, timeout: float) -> dict | None:
+    """A skip result when this cell is predicted not to fit in memory or in time; None to run it."""
+    measured = [(n, r) for n, r in done if r["status"] == "ok"]
+    memory = extrapolate([(n, r["mib"]) for n, r in measured], length)
+    if memory is None and row.entry in QUADRATIC and row.backend != "sdpa":
+        memory = 5 * HEADS * length**2 * 4 / 2**20  # ~5 live (heads, L, L) float32 tensors at the peak
+    if memory is not None and memory > MEMORY_FRACTION * available_mib():
+        return {"status": "OOM-risk", "detail": f"predicted {memory / 1024:.1f} GiB, {available_mib() / 1024:.1f} free"}
+    if any(r["status"] in ("OOM-risk", "killed") for _, r in done):
+        return {"status": "OOM-risk", "detail": "a shorter length did not fit"}
+    step_ms = extrapolate([(n, r["ms"]) for n, r in measured], length)
+    if step_ms is not None and step_ms * (repeats + 2) / 1000 > timeout:
+        return {"status": "too slow", "detail": f"predicted {step_ms / 1000:.0f} s a step, --timeout {timeout:.0f}"}
+    if any(r["status"] in ("too slow", "timeout") for _, r in done):
+        return {"status": "too slow", "detail": "a shorter length ran out of time"}
+    return None
+
+
+def run_benchmark(
+    rows: list[Row],
+    lengths: list[int],
+    repeats: int,
+    threads: int | None = None,
+    timeout: float = 1200.0,
+    runner: Callable[..., dict[str, Any]] = run_in_subprocess,
+    log: Callable[[str], None] = print,
+) -> dict[tuple[str, int], dict[str, Any]]:
+    """Measure every (row, length), lengths in the outer loop so all rows see similar machine states."""
+    results: dict[tuple[str, int], dict[str, Any]] = {}
+    for length in lengths:
+        for row in rows:
+            done = [(n, results[(row.label, n)]) for n in lengths if (row.label, n) in results]
+            start = time.perf_counter()
+            result = dry_check(row, length, done, repeats, timeout)
+            if result is None:
+                result = runner(row, length, repeats, threads, timeout)
+            results[(row.label, length)] = result
+            took = time.perf_counter() - start
+            summary = result
+            if result["status"] == "ok":
+                summary = (
+                    f"{result['ms']:.1f} ms (repeats {', '.join(f'{t:.0f}' for t in result['times_ms'])}), "
+                    f"{result['mib']:.1f} MiB, load {result.get('load', math.nan):.2f}"
+                )
+            log(f"  {row.label:>20} @ {length:>5}: {summary}  ({took:.0f} s)")
+    return results
+
+
+# ---- the report ----
+
+
+def ratios(results: dict, rows: list[Row], lengths: list[int]) -> dict[tuple[str, int], dict[str, float | None]]:
+    """Per measured cell: speed-up (t_ref / t) and memory ratio (m / m_ref) against eager and sdpa."""
+    table = {}
+    for length in lengths:
+        refs = {name: results.get((ref.label, length), {}) for name, ref in (("eager", EAGER), ("sdpa", SDPA))}
+        for row in rows:
+            cell = results.get((row.label, length), {})
+            if cell.get("status") != "ok":
+                continue
+            entry = {}
+            for name, ref in refs.items():
+                ok = ref.get("status") == "ok"
+                entry[f"speedup_{name}"] = ref["ms"] / cell["ms"] if ok else None
+                entry[f"memory_{name}"] = cell["mib"] / ref["mib"] if ok else None
+            table[(row.label, length)] = entry
+    return table
+
+
+def _number(value: float) -> str:
+    return f"{value:.2f}" if value < 10 else f"{value:.1f}" if value < 100 else f"{value:.0f}"
+
+
+def _ratio(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}x" if value < 10 else f"{value:.1f}x"
+
+
+def _length_name(length: int) -> str:
+    return f"{length // 1024}K" if length % 1024 == 0 else str(length)
+
+
+def format_table(results: dict, rows: list[Row], lengths: list[int]) -> str:
+    """Markdown table, LRA Table 2 layout: time columns for every length, then memory columns."""
+    rel = ratios(results, rows, lengths)
+    names = [_length_name(n) for n in lengths]
+    header = ["model"] + [f"{n} ms (vs eager / sdpa)" for n in names] + [f"{n} MiB (vs eager / sdpa)" for n in names]
+    lines = ["| " + " | ".join(header + ["notes"]) + " |", "|" + "---|" * (len(header) + 1)]
+    for row in rows:
+        time_cells, memory_cells = [], []
+        for length in lengths:
+            cell = results.get((row.label, length), {"status": "-"})
+            if cell["status"] != "ok":
+                time_cells.append(cell["status"])
+                memory_cells.append(cell["status"])
+                continue
+            r = rel[(row.label, length)]
+            time_cells.append(f"{_number(cell['ms'])} ({_ratio(r['speedup_eager'])} / {_ratio(r['speedup_sdpa'])})")
+            memory_cells.append(f"{_number(cell['mib'])} ({_ratio(r['memory_eager'])} / {_ratio(r['memory_sdpa'])})")
+        lines.append("| " + " | ".join([row.label] + time_cells + memory_cells + [row_notes(row, lengths[-1])]) + " |")
+    return "\n".join(lines)
+
+
+def _verdict(claim: str, cell: dict, ref: dict, key: str, passes: Callable[[float], bool]) -> str:
+    """``PASS``/``FAIL`` with the ratio (a speed-up ref/cell for time, cell/ref for memory), or ``MISSING``."""
+    if cell.get("status") != "ok" or ref.get("status") != "ok":
+        return f"MISSING {claim}: not measured"
+    shown = ref[key] / cell[key] if key == "ms" else cell[key] / ref[key]
+    unit = "ms" if key == "ms" else "MiB"
+    word = "PASS" if passes(shown) else "FAIL"
+    return f"{word:<7} {claim}: {shown:.2f}x ({cell[key]:.0f} {unit} vs {ref[key]:.0f} {unit})"
+
+
+def check_targets(results: dict, rows: list[Row]) -> list[str]:
+    """One PASS / FAIL / MISSING line per target of the issue."""
+    at, half = TARGET_LENGTH, TARGET_LENGTH // 2
+    present = {row.entry for row in rows}
+    eager = results.get((EAGER.label, at), {})
+    lines = []
+    for name in TARGET_ENTRIES:
+        cell = results.get((name, at), {}) if name in present else {}
+        claim = f"{name} at {at}: >= {TARGET_SPEEDUP:.0f}x faster than eager full"
+        lines.append(_verdict(claim, cell, eager, "ms", lambda speedup: speedup >= TARGET_SPEEDUP))
+        claim = f"{name} at {at}: peak memory <= {TARGET_GROWTH}x its own at {half}"
+        lines.append(_verdict(claim, cell, results.get((name, half), {}), "mib", lambda g: g <= TARGET_GROWTH))
+    for row in rows:
+        if not row.backend and row.entry not in QUADRATIC:
+            claim = f"{row.entry} at {at}: less memory than eager full"
+            lines.append(_verdict(claim, results.get((row.label, at), {}), eager, "mib", lambda ratio: ratio < 1))
+    return lines
+
+
+def sdpa_wins(results: dict, rows: list[Row], lengths: list[int]) -> list[str]:
+    """Per entry, the lengths at which fused exact attention (sdpa) is still faster, or uses less memory."""
+    lines = []
+    for row in rows:
+        if row.backend:
+            continue
+        faster, smaller = [], []
+        for length in lengths:
+            cell, ref = results.get((row.label, length), {}), results.get((SDPA.label, length), {})
+            if cell.get("status") == "ok" and ref.get("status") == "ok":
+                if ref["ms"] < cell["ms"]:
+                    faster.append(f"{_length_name(length)} ({cell['ms'] / ref['ms']:.1f}x)")
+                if ref["mib"] < cell["mib"]:
+                    smaller.append(f"{_length_name(length)} ({cell['mib'] / ref['mib']:.1f}x)")
+        if faster or smaller:
+            lines.append(
+                f"- {row.entry}: sdpa faster at {', '.join(faster) or 'no length'}; "
+                f"sdpa smaller at {', '.join(smaller) or 'no length'}"
+            )
+    return lines
+
+
+def sanity_line(results: dict) -> str:
+    cell = results.get((EAGER.label, 4096), {})
+    if cell.get("status") != "ok":
+        return "memory sanity check: eager full attention at 4K not measured"
+    one = HEADS * 4096 * 4096 * 4 / 2**20
+    return (
+        f"memory sanity check: eager full attention at 4K peaks at {cell['mib']:.0f} MiB = "
+        f"{cell['mib'] / one:.1f} x one (8, 4096, 4096) float32 tensor ({one:.0f} MiB)"
+    )
+
+
+def machine_lines(threads: int | None) -> list[str]:
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            cpu = next(line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    load = ", ".join(f"{value:.2f}" for value in os.getloadavg())
+    return [
+        f"command: python {' '.join(sys.argv)}",
+        f"machine: {cpu}, {os.cpu_count()} logical CPUs, torch {torch.__version__} with "
+        f"{threads or torch.get_num_threads()} threads, {available_mib() / 1024:.1f} GiB available, load {load}",
+        f"layer: MultiHeadAttention(hidden {HIDDEN}, {HEADS} heads, head_dim {HIDDEN // HEADS}) with projections, "
+        "batch 1, float32, training mode, forward + backward",
+    ]
+
+
+def settings_lines(rows: list[Row], length: int) -> list[str]:
+    lines = []
+    for row in rows:
+        if not row.backend:
+            settings = ", ".join(f"{k}={v!r}" for k, v in entry_kwargs(row.entry, length).items()) or "none"
+            lines.append(f"- {row.entry}: {settings}")
+    return lines
+
+
+def report(results: dict, rows: list[Row], lengths: list[int], header: list[str], seconds: float) -> str:
+    failures = [
+        f"- {label} @ {length}: {cell['status']}: {cell.get('detail', '')}"
+        for (label, length), cell in results.items()
+        if cell["status"] != "ok"
+    ]
+    noisy = [
+        f"- {label} @ {length}: repeats {min(cell['times_ms']):.0f}-{max(cell['times_ms']):.0f} ms"
+        for (label, length), cell in results.items()
+        if cell["status"] == "ok" and max(cell["times_ms"]) > NOISY * min(cell["times_ms"])
+    ]
+    targets = check_targets(results, rows)
+    passed = sum(line.startswith("PASS") for line in targets)
+    parts = [
+        *(f"- {line}" for line in header),
+        "",
+        "Cells: time of one forward+backward in ms (speed-up = t_full / t, > 1 faster), then peak memory in MiB "
+        "(ratio = m / m_full, < 1 smaller), each against eager full attention and against sdpa.",
+        "",
+        format_table(results, rows, lengths),
+        "",
+        sanity_line(results),
+        "",
+        f"Settings at {_length_name(lengths[-1])} (notes name the ones tied to the length L):",
+        *settings_lines(rows, lengths[-1]),
+        "",
+        "Where sdpa (fused exact attention) still wins:",
+        *(sdpa_wins(results, rows, lengths) or ["- nowhere"]),
+        "",
+        f"Noisy cells (slowest repeat > {NOISY}x the fastest; another process was likely running):"
+        if noisy
+        else f"No cell's repeats spread more than {NOISY}x.",
+        *noisy,
+        "",
+        "Cells not measured:" if failures else "Every requested cell was measured.",
+        *failures,
+        "",
+        f"Targets ({passed}/{len(targets)} PASS):",
+        *(f"- {line}" for line in targets),
+        "",
+        f"total time {seconds / 60:.1f} min, load at the end {', '.join(f'{v:.2f}' for v in os.getloadavg())}",
+    ]
+    return "\n".join(parts)
+
+
+def parse_list(text: str, cast: Callable[[str], Any]) -> list[Any]:
+    return [cast(item) for item in text.split(",") if item.strip()]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--entries", type=str, default=None, help="comma-separated registry names (default: all)")
+    parser.add_argument("--lengths", type=str, default=None, help="comma-separated sequence lengths")
+    parser.add_argument("--quick", action="store_true", help=f"lengths {QUICK_LENGTHS} (a smoke test)")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--timeout", type=float, default=1200.0, help="seconds per worker (one cell)")
+    parser.add_argument("--markdown", type=str, default=None, help="also write the report as markdown here")
+    parser.add_argument("--in-process", action="store_true", help="no worker processes (fast; memory indicative)")
+    parser.add_argument("--worker", nargs=2, metavar=("NAME", "LENGTH"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        worker_main(args.worker[0], int(args.worker[1]), args.repeats, args.threads)
+        return
+    entries = parse_list(args.entries, str) if args.entries else available_attention_types()
+    unknown = sorted(set(entries) - set(available_attention_types()))
+    if unknown:
+        parser.error(f"--entries has unregistered names {unknown}; registered: {available_attention_types()}")
+    default = QUICK_LENGTHS if args.quick else DEFAULT_LENGTHS
+    lengths = sorted(parse_list(args.lengths, int) if args.lengths else default)
+    rows = rows_for(entries)
+    header = machine_lines(args.threads)
+    print("\n".join(header), flush=True)
+    start = time.perf_counter()
+    runner = run_in_process if args.in_process else run_in_subprocess
+    log = lambda text: print(text, flush=True)  # noqa: E731
+    results = run_benchmark(rows, lengths, args.repeats, args.threads, args.timeout, runner, log)
+    text = report(results, rows, lengths, header, time.perf_counter() - start)
+    print()
+    print(text)
+    if args.markdown:
+        Path(args.markdown).write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    main()

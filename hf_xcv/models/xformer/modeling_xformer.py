@@ -1,0 +1,525 @@
+"""Generic X-former sequence models: a pre-LN Transformer around any attention entry of the registry.
+
+Reads top to bottom: Embeddings -> AttentionBlock / FeedForwardBlock -> Layer -> Model ->
+ForSequenceClassification / ForCausalLM. The attention core comes from ``config.attention_type``; cores
+with memory (Transformer-XL, Compressive) carry it from call to call as ``mems``, cores with auxiliary
+losses (Routing's k-means commitment, Compressive's reconstruction) add them to the training loss, and the
+blocks may be reversible with chunked feed-forward (Reformer).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+from transformers import initialization as init
+from transformers.cache_utils import Cache, DynamicCache
+from transformers.generation import GenerationMixin
+from transformers.modeling_layers import GradientCheckpointingLayer
+from transformers.modeling_outputs import SequenceClassifierOutput
+from transformers.utils import ModelOutput
+from transformers.utils.generic import can_return_tuple
+
+from ...attention import MultiHeadAttention, PoolingByMultiheadAttention, get_attention_class
+from ...layers import Mlp, SinusoidalPositionEmbedding
+from ...layers.reversible import ChunkedFeedForward, ReversibleSequence
+from ...modeling_utils import XcvPreTrainedModel
+from .configuration_xformer import XFormerConfig
+
+
+@dataclass
+class XFormerModelOutput(ModelOutput):
+    """Outputs of :class:`XFormerModel`.
+
+    Args:
+        last_hidden_state: (batch, length, hidden_size), after the final LayerNorm.
+        mems: one memory per layer for stateful cores (pass back as ``mems=`` with the next segment).
+        cache: keys and values of earlier steps (``full`` attention during generation).
+        hidden_states: the embeddings and every block's output.
+        attentions: every layer's attention probabilities (cores that return them).
+        aux_loss: the weighted sum of the cores' auxiliary losses (None when no core has one).
+    """
+
+    last_hidden_state: torch.Tensor | None = None
+    mems: tuple[Any, ...] | None = None
+    cache: Cache | None = None
+    hidden_states: tuple[torch.Tensor, ...] | None = None
+    attentions: tuple[torch.Tensor, ...] | None = None
+    aux_loss: torch.Tensor | None = None
+
+
+@dataclass
+class XFormerCausalLMOutput(ModelOutput):
+    """Outputs of :class:`XFormerForCausalLM`: ``loss`` (next-token cross-entropy plus auxiliary losses),
+    ``logits`` (batch, length, vocab_size), and the fields of :class:`XFormerModelOutput`."""
+
+    loss: torch.Tensor | None = None
+    logits: torch.Tensor | None = None
+    mems: tuple[Any, ...] | None = None
+    cache: Cache | None = None
+    hidden_states: tuple[torch.Tensor, ...] | None = None
+    attentions: tuple[torch.Tensor, ...] | None = None
+    aux_loss: torch.Tensor | None = None
+
+
+class XFormerEmbeddings(nn.Module):
+    """Token embeddings plus absolute positions (learned, sinusoidal, or none for relative cores)."""
+
+    def __init__(self, config: XFormerConfig):
+        super().__init__()
+        self.vocab_size = config.vocab_size
+        self.max_positions = config.max_position_embeddings
+        self.word_embeddings = nn.Embedding(config.vocab_size, config.hidden_size, padding_idx=config.pad_token_id)
+        if config.position_embedding_type == "learned":
+            self.position_embeddings = nn.Embedding(config.max_position_embeddings, config.hidden_size)
+        elif config.position_embedding_type == "sinusoidal":
+            self.position_embeddings = SinusoidalPositionEmbedding(config.max_position_embeddings, config.hidden_size)
+        else:
+            self.position_embeddings = None
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+
+    def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
+        """(B, L) ids and positions -> (B, L, C)."""
+        if input_ids.numel() and (input_ids.min() < 0 or input_ids.max() >= self.vocab_size):
+            raise ValueError(
+                f"input_ids hold ids outside the vocabulary [0, {self.vocab_size}): "
+                f"min {input_ids.min().item()}, max {input_ids.max().item()}"
+            )
+        hidden = self.word_embeddings(input_ids)
+        if self.position_embeddings is not None:
+            if position_ids.max() >= self.max_positions:
+                raise ValueError(
+                    f"position {position_ids.max().item()} is beyond max_position_embeddings={self.max_positions}; "
+                    "truncate the input (or use a core with relative positions and position_embedding_type='none')"
+                )
+            hidden = hidden + self.position_embeddings(position_ids)
+        return self.dropout(hidden)
+
+
+class XFormerAttentionBlock(nn.Module):
+    """The residual branch LN -> attention -> dropout (its output is *added* to the stream by the layer)."""
+
+    def __init__(self, config: XFormerConfig, layer_idx: int):
+        super().__init__()
+        self.norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.attention = MultiHeadAttention(
+            config.hidden_size,
+            config.num_attention_heads,
+            attention_type=config.attention_type,
+            attention_kwargs=config.attention_kwargs,
+            dropout=config.attention_probs_dropout_prob,
+            config=config,
+            layer_idx=layer_idx,
+        )
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        keep: torch.Tensor | None = None,
+        causal: bool = False,
+        state: Any = None,
+        cache: Cache | None = None,
+        output_attentions: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None, Any]:
+        attended, weights, new_state = self.attention(
+            self.norm(hidden_states),
+            attention_mask=keep,
+            causal=causal,
+            state=state,
+            cache=cache,
+            output_attentions=output_attentions,
+        )
+        return self.dropout(attended), weights, new_state
+
+
+class _AttentionValues(nn.Module):
+    """An attention block seen as a function of the stream only (what a reversible coupling needs)."""
+
+    def __init__(self, block: XFormerAttentionBlock):
+        super().__init__()
+        self.block = block
+
+    def forward(self, hidden_states: torch.Tensor, keep: torch.Tensor | None, causal: bool) -> torch.Tensor:
+        return self.block(hidden_states, keep, causal)[0]
+
+
+class XFormerFeedForwardBlock(nn.Module):
+    """The residual branch LN -> feed-forward -> dropout, optionally applied in chunks of positions."""
+
+    def __init__(self, config: XFormerConfig):
+        super().__init__()
+        self.norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        mlp = Mlp(
+            config.hidden_size,
+            config.intermediate_size,
+            act=config.hidden_act,
+            dropout=config.hidden_dropout_prob,
+            out_dropout=0.0,
+        )
+        self.mlp = ChunkedFeedForward(mlp, config.feed_forward_chunk_size)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return self.dropout(self.mlp(self.norm(hidden_states)))
+
+
+class XFormerLayer(GradientCheckpointingLayer):
+    """Pre-LN block: x + Attn(LN(x)), then x + FFN(LN(x))."""
+
+    def __init__(self, config: XFormerConfig, layer_idx: int):
+        super().__init__()
+        self.attention = XFormerAttentionBlock(config, layer_idx)
+        self.feed_forward = XFormerFeedForwardBlock(config)
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        keep: torch.Tensor | None = None,
+        causal: bool = False,
+        state: Any = None,
+        cache: Cache | None = None,
+        output_attentions: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None, Any]:
+        attended, weights, new_state = self.attention(hidden_states, keep, causal, state, cache, output_attentions)
+        hidden_states = hidden_states + attended
+        hidden_states = hidden_states + self.feed_forward(hidden_states)
+        return hidden_states, weights, new_state
+
+
+class XFormerPreTrainedModel(XcvPreTrainedModel):
+    config_class = XFormerConfig
+    config: XFormerConfig
+    base_model_prefix = "model"
+    main_input_name = "input_ids"
+    input_modalities = ("text",)
+    supports_gradient_checkpointing = True
+    _no_split_modules = ["XFormerLayer"]
+    _supports_sdpa = True
+    _task_head_modules = ("classifier", "pooler", "lm_head")
+
+    def _init_weights(self, module: nn.Module) -> None:
+        std = self.config.initializer_range
+        if isinstance(module, nn.Linear):
+            init.normal_(module.weight, mean=0.0, std=std)
+            if module.bias is not None:
+                init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            init.normal_(module.weight, mean=0.0, std=std)
+            if module.padding_idx is not None:
+                init.zeros_(module.weight[module.padding_idx])
+        elif isinstance(module, nn.LayerNorm):
+            init.ones_(module.weight)
+            init.zeros_(module.bias)
+        # attention cores' own parameters (projections, centroids, inducing points) keep their construction values
+
+
+def padding_keep(attention_mask: torch.Tensor | None, input_ids: torch.Tensor) -> torch.Tensor | None:
+    """(B, 1, 1, L) boolean keep mask from a (B, L) 0/1 mask; None when nothing is padded."""
+    if attention_mask is None:
+        return None
+    if attention_mask.shape != input_ids.shape:
+        raise ValueError(
+            f"attention_mask has shape {tuple(attention_mask.shape)}, expected {tuple(input_ids.shape)} like input_ids"
+        )
+    keep = attention_mask.bool()
+    if keep.all():
+        return None
+    return keep[:, None, None, :]
+
+
+class XFormerModel(XFormerPreTrainedModel):
+    """Embeddings -> blocks -> final LayerNorm. Bidirectional unless ``causal=True`` (the LM head sets it)."""
+
+    def __init__(self, config: XFormerConfig):
+        super().__init__(config)
+        self.embeddings = XFormerEmbeddings(config)
+        self.layers = nn.ModuleList([XFormerLayer(config, i) for i in range(config.num_hidden_layers)])
+        self.norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.stateful = get_attention_class(config.attention_type).capabilities.stateful
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.embeddings.word_embeddings
+
+    def set_input_embeddings(self, value: nn.Embedding) -> None:
+        self.embeddings.word_embeddings = value
+
+    def aux_losses(self) -> torch.Tensor | None:
+        """The weighted sum of the auxiliary losses the attention cores left from the last call."""
+        losses = [layer.attention.attention.aux_loss for layer in self.layers]
+        losses = [loss for loss in losses if loss is not None]
+        if not losses:
+            return None
+        return self.config.aux_loss_weight * torch.stack(losses).sum()
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        mems: tuple[Any, ...] | list[Any] | None = None,
+        cache: Cache | None = None,
+        use_cache: bool | None = None,
+        causal: bool = False,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+        **kwargs: Any,
+    ) -> XFormerModelOutput:
+        r"""
+        Args:
+            input_ids: (batch, length) token ids.
+            attention_mask: (batch, length) 1 for real tokens, 0 for padding; with a ``cache``, it covers the
+                cached tokens as well.
+            position_ids: (batch, length) absolute positions; by default counted over real tokens.
+            mems: the ``mems`` of the previous call (stateful cores such as Transformer-XL).
+            cache: keys and values of earlier steps (``full`` attention, during generation).
+            causal: autoregressive masking (set by :class:`XFormerForCausalLM`).
+
+        Returns:
+            :class:`XFormerModelOutput`.
+        """
+        output_attentions, output_hidden_states = self._resolve_outputs(output_attentions, output_hidden_states)
+        if input_ids is None or input_ids.dim() != 2 or input_ids.shape[1] == 0:
+            shape = None if input_ids is None else tuple(input_ids.shape)
+            raise ValueError(f"input_ids must be a non-empty (batch, length) tensor, got {shape}")
+        if mems is not None and not self.stateful:
+            raise ValueError(f"mems were passed, but attention_type={self.config.attention_type!r} keeps no memory")
+        if mems is not None and len(mems) != len(self.layers):
+            raise ValueError(f"mems holds {len(mems)} layer memories; the model has {len(self.layers)} layers")
+        use_cache = self.config.use_cache if use_cache is None else use_cache
+        if (
+            not (causal and use_cache and self.config.attention_type == "full")
+            or self.config.reversible
+            or self.training
+        ):
+            cache = None  # only full attention keeps keys and values (at inference); other cores recompute the prefix
+        elif cache is None:
+            cache = DynamicCache()
+        past = cache.get_seq_length() if cache is not None else 0
+        keep = padding_keep(attention_mask, input_ids) if past == 0 else self._cached_keep(attention_mask, input_ids)
+        if position_ids is None:
+            position_ids = self._positions(attention_mask, input_ids, past)
+        hidden_states = self.embeddings(input_ids, position_ids)
+
+        all_hidden = [hidden_states] if output_hidden_states else None
+        all_weights = [] if output_attentions else None
+        new_mems = [] if self.stateful else None
+        if self.config.reversible:
+            if output_attentions or output_hidden_states:
+                raise ValueError("reversible=True blocks return no per-layer attentions or hidden states")
+            hidden_states = self._reversible(hidden_states, keep, causal)
+        else:
+            for i, layer in enumerate(self.layers):
+                state = mems[i] if mems is not None else None
+                hidden_states, weights, new_state = layer(hidden_states, keep, causal, state, cache, output_attentions)
+                if self.stateful:
+                    new_mems.append(new_state)
+                if output_hidden_states:
+                    all_hidden.append(hidden_states)
+                if output_attentions:
+                    all_weights.append(weights)
+        return XFormerModelOutput(
+            last_hidden_state=self.norm(hidden_states),
+            mems=tuple(new_mems) if new_mems is not None else None,
+            cache=cache,
+            hidden_states=tuple(all_hidden) if all_hidden is not None else None,
+            attentions=tuple(all_weights) if all_weights is not None else None,
+            aux_loss=self.aux_losses(),
+        )
+
+    def _reversible(self, hidden_states: torch.Tensor, keep: torch.Tensor | None, causal: bool) -> torch.Tensor:
+        """Reformer's reversible stack over the same blocks: (x, x) in, the mean of the two streams out."""
+        blocks = [(_AttentionValues(layer.attention), layer.feed_forward) for layer in self.layers]
+        # Built per call and not registered: the blocks' parameters belong to self.layers (one state-dict key each).
+        return ReversibleSequence(blocks)(hidden_states, keep=keep, causal=causal)
+
+    @staticmethod
+    def _cached_keep(attention_mask: torch.Tensor | None, input_ids: torch.Tensor) -> torch.Tensor | None:
+        """With a cache, the 0/1 mask covers past and current tokens: (B, 1, 1, past + L)."""
+        if attention_mask is None or attention_mask.bool().all():
+            return None
+        return attention_mask.bool()[:, None, None, :]
+
+    @staticmethod
+    def _positions(attention_mask: torch.Tensor | None, input_ids: torch.Tensor, past: int) -> torch.Tensor:
+        """Positions counted over real tokens (left padding does not shift them), continuing after the cache."""
+        length = input_ids.shape[1]
+        if attention_mask is None:
+            return torch.arange(past, past + length, device=input_ids.device).expand_as(input_ids)
+        positions = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+        return positions[:, -length:]
+
+
+class XFormerForSequenceClassification(XFormerPreTrainedModel):
+    """Pooled tokens -> dropout -> Linear. Loss by ``config.problem_type`` (regression, single or multi label)."""
+
+    def __init__(self, config: XFormerConfig):
+        super().__init__(config)
+        if get_attention_class(config.attention_type).capabilities.requires_causal:
+            raise ValueError(
+                f"attention_type={config.attention_type!r} cannot serve sequence classification: it is only defined "
+                "for causal attention; use XFormerForCausalLM"
+            )
+        self.num_labels = config.num_labels
+        self.model = XFormerModel(config)
+        self.pooler = None
+        if config.pooling == "pma":
+            self.pooler = PoolingByMultiheadAttention(config.hidden_size, config.num_attention_heads)
+        self.dropout = nn.Dropout(config.classifier_dropout)
+        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+        self.post_init()
+
+    def pool(self, hidden: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
+        """(B, L, C) -> (B, C) over the real tokens."""
+        real = torch.ones(hidden.shape[:2], dtype=torch.bool, device=hidden.device)
+        if attention_mask is not None:
+            real = attention_mask.bool()
+        if not real.any(-1).all():
+            empty = (~real.any(-1)).nonzero().flatten().tolist()
+            raise ValueError(f"attention_mask marks every token of batch rows {empty} as padding")
+        if self.config.pooling == "first":
+            return hidden[torch.arange(hidden.shape[0]), real.long().argmax(-1)]
+        if self.config.pooling == "last":
+            last = real.shape[1] - 1 - real.flip(-1).long().argmax(-1)
+            return hidden[torch.arange(hidden.shape[0]), last]
+        if self.config.pooling == "pma":
+            return self.pooler(hidden, real)[:, 0]
+        weights = real.to(hidden.dtype)[..., None]
+        return (hidden * weights).sum(1) / weights.sum(1)
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+        **kwargs: Any,
+    ) -> SequenceClassifierOutput:
+        r"""
+        Args:
+            input_ids / attention_mask: as for :class:`XFormerModel`.
+            labels: (batch,) class ids, (batch,) floats for regression (``num_labels=1``), or (batch,
+                num_labels) multi-hot targets.
+        """
+        outputs = self.model(
+            input_ids,
+            attention_mask=attention_mask,
+            output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
+            use_cache=False,
+            return_dict=True,
+        )
+        logits = self.classifier(self.dropout(self.pool(outputs.last_hidden_state, attention_mask)))
+        loss = None
+        if labels is not None:
+            loss = self.loss_function(labels, logits, self.config, **kwargs)
+            if outputs.aux_loss is not None and self.training:
+                loss = loss + outputs.aux_loss
+        return SequenceClassifierOutput(
+            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+        )
+
+
+class XFormerForCausalLM(XFormerPreTrainedModel, GenerationMixin):
+    """Causal language model: next-token logits, memory across segments, ``generate``."""
+
+    _tied_weights_keys = {"lm_head.weight": "model.embeddings.word_embeddings.weight"}
+
+    def __init__(self, config: XFormerConfig):
+        super().__init__(config)
+        caps = get_attention_class(config.attention_type).capabilities
+        if not caps.causal:
+            raise ValueError(
+                f"attention_type={config.attention_type!r} cannot serve a causal language model: it does not "
+                "support causal (autoregressive) masking"
+            )
+        self.model = XFormerModel(config)
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.model.embeddings.word_embeddings
+
+    def get_output_embeddings(self) -> nn.Linear:
+        return self.lm_head
+
+    def set_output_embeddings(self, value: nn.Linear) -> None:
+        self.lm_head = value
+
+    @property
+    def keeps_key_value_cache(self) -> bool:
+        return self.config.attention_type == "full" and self.config.use_cache and not self.config.reversible
+
+    def prepare_inputs_for_generation(self, input_ids, next_sequence_length=None, cache=None, **kwargs):
+        if not self.keeps_key_value_cache:  # cores without a key/value cache see the whole prefix each step
+            next_sequence_length, cache = None, None
+            kwargs.pop("position_ids", None)
+        inputs = super().prepare_inputs_for_generation(
+            input_ids, next_sequence_length=next_sequence_length, cache=cache, **kwargs
+        )
+        if not self.keeps_key_value_cache:
+            inputs.pop("cache", None)
+        return inputs
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        mems: tuple[Any, ...] | list[Any] | None = None,
+        cache: Cache | None = None,
+        use_cache: bool | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+        logits_to_keep: int = 0,
+        **kwargs: Any,
+    ) -> XFormerCausalLMOutput:
+        r"""
+        Args:
+            input_ids / attention_mask / position_ids / mems / cache: as for :class:`XFormerModel`.
+            labels: (batch, length) targets aligned with ``input_ids`` (shifted inside; -100 is ignored).
+            logits_to_keep: compute logits for only the last this many positions (0 = all).
+        """
+        outputs = self.model(
+            input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            mems=mems,
+            cache=cache,
+            use_cache=use_cache,
+            causal=True,
+            output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
+            return_dict=True,
+        )
+        hidden = outputs.last_hidden_state
+        if logits_to_keep:
+            hidden = hidden[:, -logits_to_keep:]
+        logits = self.lm_head(hidden)
+        loss = None
+        if labels is not None:
+            if labels.shape != input_ids.shape:
+                raise ValueError(f"labels have shape {tuple(labels.shape)}, expected {tuple(input_ids.shape)}")
+            loss = self.loss_function(logits=logits, labels=labels, vocab_size=self.config.vocab_size, **kwargs)
+            if outputs.aux_loss is not None and self.training:
+                loss = loss + outputs.aux_loss
+        return XFormerCausalLMOutput(
+            loss=loss,
+            logits=logits,
+            mems=outputs.mems,
+            cache=outputs.cache,
+            hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
+            aux_loss=outputs.aux_loss,
+        )

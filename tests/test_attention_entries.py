@@ -1,0 +1,226 @@
+"""Registry-wide checks, run on every registered attention entry without per-entry code.
+
+For each entry: its exact setting equals plain softmax attention, its dense mask (pattern-based entries)
+reproduces its output, padding and fully masked rows behave, causal variants leak nothing, the same
+seed gives the same output, state dicts round-trip, float32 backward is finite, and unknown settings are
+refused. Entries without an exact setting or without a dense pattern must be listed below on purpose.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from attention_testing import TOL64, max_diff, padding_keep, qkv, reference
+
+from hf_xcv.attention import available_attention_types, build_attention, causal_keep_mask, get_attention_class
+
+ENTRIES = available_attention_types()
+
+# Entries with no setting that makes them plain softmax attention (approximations, learned attention, or a
+# factorisation such as axial's rows-then-columns on a real 2-D grid): their own tests check them against
+# their defining formula (e.g. Performer's error falling with more random features).
+NO_EXACT_SETTING = {"performer", "linear", "synthesizer_dense", "synthesizer_random", "isab", "axial"}
+# Entries whose output is not softmax attention under one boolean pattern (low-rank, kernel, learned,
+# multi-pass or multi-round ones); their exact setting is checked instead.
+NOT_PATTERN_BASED = {
+    "full",
+    "memory_compressed",
+    "axial",
+    "routing",
+    "lsh",
+    "sinkhorn",
+    "linformer",
+    "linear",
+    "performer",
+    "synthesizer_dense",
+    "synthesizer_random",
+    "isab",
+    "xl",
+    "compressive",
+}
+
+
+def layout(name: str) -> tuple[int, tuple[int, int] | None, int]:
+    """(length, grid, prefix_tokens): a 4x4 grid after one [CLS] for grid entries, 16 tokens otherwise."""
+    if get_attention_class(name).capabilities.needs_grid:
+        return 17, (4, 4), 1
+    return 16, None, 0
+
+
+def causal_modes(name: str) -> list[bool]:
+    caps = get_attention_class(name).capabilities
+    modes = [] if caps.requires_causal else [False]
+    return modes + ([True] if caps.causal else [])
+
+
+CASES = [(name, causal) for name in ENTRIES for causal in causal_modes(name)]
+
+
+def case_id(case) -> str:
+    return f"{case[0]}-{'causal' if case[1] else 'bidirectional'}"
+
+
+def make(name: str, dtype=torch.float64, seed: int = 0, **kwargs):
+    torch.manual_seed(seed)
+    return build_attention(name, 2, 8, **kwargs).to(dtype).eval()
+
+
+def call(core, q, k, v, name: str, keep=None, causal=False, prefix: int | None = None):
+    _, grid, default_prefix = layout(name)
+    prefix = default_prefix if prefix is None else prefix
+    if causal and grid is not None:
+        prefix = 0
+        grid = (4, 4)
+    return core(q, k, v, attention_mask=keep, causal=causal, grid=grid, prefix_tokens=prefix)
+
+
+def inputs(name: str, causal: bool, dtype=torch.float64, seed=0):
+    length, grid, _ = layout(name)
+    if causal and grid is not None:
+        length = 16  # causal grid attention runs on a plain raster-ordered grid
+    return qkv(batch=2, heads=2, q_len=length, dim=8, dtype=dtype, seed=seed)
+
+
+def padding_for(name: str, length: int) -> torch.Tensor | None:
+    if not get_attention_class(name).capabilities.padding_mask:
+        return None
+    return padding_keep(2, length, [length, length - 5])
+
+
+def combined(keep, causal: bool, length: int):
+    tri = causal_keep_mask(length, length) if causal else None
+    if keep is None:
+        return tri
+    return keep if tri is None else keep & tri
+
+
+def test_the_lists_of_special_entries_name_registered_entries():
+    assert NO_EXACT_SETTING <= set(ENTRIES) and NOT_PATTERN_BASED <= set(ENTRIES)
+    for name in ENTRIES:
+        cls = get_attention_class(name)
+        length, grid, _ = layout(name)
+        assert (cls.exact_kwargs(length, grid) is None) == (name in NO_EXACT_SETTING), name
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c[0] not in NO_EXACT_SETTING], ids=case_id)
+def test_exact_setting_equals_softmax_attention(case):
+    name, causal = case
+    q, k, v = inputs(name, causal)
+    length = q.shape[2]
+    _, grid, _ = layout(name)
+    core = make(name, **get_attention_class(name).exact_kwargs(length, grid))
+    core.make_exact_()
+    keep = padding_for(name, length)
+    out = call(core, q, k, v, name, keep, causal).values
+    expected = reference(q, k, v, combined(keep, causal, length))
+    assert max_diff(out[0], expected[0]) < TOL64
+    # the padded row: compare the real query positions
+    real = length - 5 if keep is not None else length
+    assert max_diff(out[1, :, :real], expected[1, :, :real]) < TOL64
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c[0] not in NOT_PATTERN_BASED], ids=case_id)
+def test_dense_mask_reproduces_the_output(case):
+    name, causal = case
+    q, k, v = inputs(name, causal)
+    length = q.shape[2]
+    core = make(name, **get_attention_class(name).small_kwargs)
+    _, grid, prefix = layout(name)
+    if causal and grid is not None:
+        prefix = 0
+    pattern = core.dense_mask(q, k, causal=causal, grid=grid, prefix_tokens=prefix)
+    assert pattern is not None and pattern.dtype == torch.bool
+    assert not pattern.all(), "small_kwargs should give a sparse pattern"
+    keep = padding_for(name, length)
+    out = call(core, q, k, v, name, keep, causal).values
+    full_keep = pattern if keep is None else pattern & keep
+    expected = reference(q, k, v, full_keep)
+    real = length - 5 if keep is not None else length
+    assert max_diff(out[0], expected[0]) < TOL64
+    assert max_diff(out[1, :, :real], expected[1, :, :real]) < TOL64
+    if causal:
+        assert not (pattern & ~causal_keep_mask(length, length)).any(), "a causal pattern sees the future"
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if get_attention_class(c[0]).capabilities.padding_mask], ids=case_id)
+def test_padding_masked_keys_do_not_matter_and_empty_rows_give_zeros(case):
+    name, causal = case
+    q, k, v = inputs(name, causal)
+    length = q.shape[2]
+    core = make(name, **get_attention_class(name).small_kwargs)
+    keep = padding_for(name, length)
+    out = call(core, q, k, v, name, keep, causal).values
+    # change the masked keys (and values) of row 1: its real positions must not move
+    k2, v2 = k.clone(), v.clone()
+    if not get_attention_class(name).content_routed:
+        k2[1, :, length - 5 :] += 3.0
+    v2[1, :, length - 5 :] += 3.0
+    changed = call(core, q, k2, v2, name, keep, causal).values
+    assert max_diff(out[1, :, : length - 5], changed[1, :, : length - 5]) < 1e-12
+    # a row with no key to attend gives zeros, never NaN
+    nothing = keep.clone()
+    nothing[1] = False
+    empty = call(core, q, k, v, name, nothing, causal).values
+    assert torch.isfinite(empty).all()
+    assert empty[1].abs().max().item() == 0.0
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c[1]], ids=case_id)
+def test_causal_output_is_unchanged_by_the_future(case):
+    name, causal = case
+    q, k, v = inputs(name, causal)
+    length = q.shape[2]
+    core = make(name, **get_attention_class(name).small_kwargs)
+    out = call(core, q, k, v, name, causal=True).values
+    cut = length // 2
+    q2, k2, v2 = q.clone(), k.clone(), v.clone()
+    if not get_attention_class(name).content_routed:
+        q2[:, :, cut + 1 :] = torch.randn_like(q2[:, :, cut + 1 :])
+        k2[:, :, cut + 1 :] = torch.randn_like(k2[:, :, cut + 1 :])
+    v2[:, :, cut + 1 :] = torch.randn_like(v2[:, :, cut + 1 :]) * 5
+    changed = call(core, q2, k2, v2, name, causal=True).values
+    assert max_diff(out[:, :, : cut + 1], changed[:, :, : cut + 1]) < 1e-12
+    assert max_diff(out[:, :, cut + 1 :], changed[:, :, cut + 1 :]) > 1e-6  # the future itself did change
+
+
+@pytest.mark.parametrize("case", CASES, ids=case_id)
+def test_same_seed_same_output_and_state_dicts_round_trip(case):
+    name, causal = case
+    q, k, v = inputs(name, causal)
+    kwargs = get_attention_class(name).small_kwargs
+    first, second = make(name, seed=3, **kwargs).train(), make(name, seed=3, **kwargs).train()
+    outputs = []
+    for core in (first, second):
+        torch.manual_seed(11)  # per-call randomness (dropout-free here) drawn from torch's generator
+        outputs.append(call(core, q, k, v, name, causal=causal).values)
+    assert torch.equal(outputs[0], outputs[1])
+    other = make(name, seed=99, **kwargs)
+    other.load_state_dict(first.state_dict())
+    first.eval()
+    torch.manual_seed(5)
+    expected = call(first, q, k, v, name, causal=causal).values
+    torch.manual_seed(5)
+    assert torch.equal(call(other, q, k, v, name, causal=causal).values, expected)
+
+
+@pytest.mark.parametrize("case", CASES, ids=case_id)
+def test_float32_forward_backward_is_finite(case):
+    name, causal = case
+    q, k, v = (t.requires_grad_() for t in inputs(name, causal, dtype=torch.float32))
+    core = make(name, dtype=torch.float32, **get_attention_class(name).small_kwargs).train()
+    result = call(core, q, k, v, name, causal=causal)
+    assert result.values.shape == q.shape
+    assert torch.isfinite(result.values).all()
+    loss = result.values.square().sum()
+    if result.aux_loss is not None:
+        loss = loss + result.aux_loss
+    loss.backward()
+    assert v.grad is not None and torch.isfinite(v.grad).all() and v.grad.abs().sum() > 0
+    if not name.startswith("synthesizer_random"):  # random synthesized attention does not read the queries
+        assert q.grad is not None and torch.isfinite(q.grad).all() and q.grad.abs().sum() > 0
+
+
+@pytest.mark.parametrize("name", ENTRIES)
+def test_unknown_settings_are_refused_by_name(name):
+    with pytest.raises(ValueError, match="not_a_setting"):
+        build_attention(name, 2, 8, not_a_setting=1)
