@@ -78,7 +78,8 @@ QUICK_LENGTHS = (128, 256)
 QUADRATIC = {"full", "synthesizer_dense", "synthesizer_random", "xl", "compressive"}
 TARGET_ENTRIES = ("linformer", "performer", "linear", "local")  # LRA Table 2's fastest at 4K
 TARGET_SPEEDUP, TARGET_GROWTH, TARGET_LENGTH = 5.0, 2.5, 8192
-MEMORY_FRACTION = 0.75  # of MemAvailable, the most a cell may be predicted to take
+MEMORY_FRACTION = 0.7  # of MemAvailable, the most a cell's process may be predicted to take
+M_MMAP_THRESHOLD, M_TRIM_THRESHOLD = -3, -1  # glibc's mallopt parameters
 NOISY = 1.5  # a cell whose slowest repeat takes this many times its fastest is listed as noisy
 
 # Settings tied to the sequence length; everything else is the entry's paper default. xl and compressive
@@ -182,21 +183,30 @@ def _reset_peak_rss() -> None:
         clear_refs.write("5")
 
 
-def _release_freed_memory(fix_mmap_threshold: bool) -> None:
-    """Hand freed heap memory back to the system; optionally map every allocation >= 128 KiB on its own.
-
-    glibc raises its mmap threshold as large blocks are freed (up to 32 MiB), after which mid-size tensors
-    come from the heap and stay resident when freed; a fixed threshold stops that, so RSS follows the live
-    tensors. The threshold stays fixed for the rest of the process (a worker's last step).
-    """
-    gc.collect()
+def _glibc() -> ctypes.CDLL | None:
     try:
-        libc = ctypes.CDLL("libc.so.6")
+        return ctypes.CDLL("libc.so.6")
     except OSError:
-        return  # not glibc: RSS may then also count freed memory the allocator keeps
-    if fix_mmap_threshold:
-        libc.mallopt(-3, 128 * 1024)  # M_MMAP_THRESHOLD
-    libc.malloc_trim(0)
+        return None  # not glibc: RSS may then also count freed memory the allocator keeps
+
+
+def _map_tensors_alone(libc: ctypes.CDLL | None) -> None:
+    """Make glibc map every allocation of 128 KiB or more on its own and unmap it when freed.
+
+    By default glibc raises its mmap threshold as large blocks are freed (up to 32 MiB); mid-size tensors
+    then come from the heap, and a freed heap block stays resident, so RSS would add up allocations instead
+    of following the live tensors. Called before anything is allocated, so no heap block is left to reuse.
+    """
+    if libc is not None:
+        libc.mallopt(M_MMAP_THRESHOLD, 128 * 1024)
+
+
+def _allocate_as_usual(libc: ctypes.CDLL | None) -> None:
+    """For the timed steps: glibc's steady state in a long run (mmap threshold at its 32 MiB ceiling, heap
+    trimmed only above 64 MiB), instead of a page fault for every fresh mid-size tensor."""
+    if libc is not None:
+        libc.mallopt(M_MMAP_THRESHOLD, 32 * 2**20)
+        libc.mallopt(M_TRIM_THRESHOLD, 64 * 2**20)
 
 
 def build_layer(row: Row, length: int) -> MultiHeadAttention:
@@ -218,23 +228,33 @@ def forward_backward(layer: MultiHeadAttention, x: torch.Tensor, call: dict[str,
     loss.backward()
 
 
-def measure(row: Row, length: int, repeats: int, fix_mmap_threshold: bool = True) -> dict[str, Any]:
-    """Median step time (ms) over ``repeats`` after a warm-up, then the RSS growth (MiB) of one more step."""
+def measure(row: Row, length: int, repeats: int, isolate_allocator: bool = True) -> dict[str, Any]:
+    """The RSS growth (MiB) of one step after a warm-up, then the median time (ms) of ``repeats`` more.
+
+    ``isolate_allocator`` (worker processes) sets glibc up so that RSS follows the live tensors while memory
+    is measured, then back to its usual behaviour for the timed steps; in-process runs leave it alone.
+    """
+    libc = _glibc() if isolate_allocator else None
+    _map_tensors_alone(libc)
     torch.manual_seed(0)
     layer = build_layer(row, length)
     call = {"causal": False, "grid": None} if row.backend else call_settings(row.entry, length)
     x = torch.randn(1, length, HIDDEN, requires_grad=True)  # (B, L, C)
-    forward_backward(layer, x, call)  # warm-up
+    forward_backward(layer, x, call)  # warm-up: one-time initialisation stays out of the measurement
+    gc.collect()
+    if libc is not None:
+        libc.malloc_trim(0)
+    before = _status_kib("VmRSS")
+    _reset_peak_rss()
+    forward_backward(layer, x, call)
+    peak = _status_kib("VmHWM")
+    _allocate_as_usual(libc)
+    forward_backward(layer, x, call)  # warm-up of the heap under the usual settings
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
         forward_backward(layer, x, call)
         times.append(time.perf_counter() - start)
-    _release_freed_memory(fix_mmap_threshold)
-    before = _status_kib("VmRSS")
-    _reset_peak_rss()
-    forward_backward(layer, x, call)
-    peak = _status_kib("VmHWM")
     return {
         "status": "ok",
         "ms": 1000 * statistics.median(times),
@@ -279,7 +299,7 @@ def run_in_process(row: Row, length: int, repeats: int, threads: int | None, tim
     """For tests: no process isolation and glibc's allocator left alone, so memory is only indicative."""
     if threads:
         torch.set_num_threads(threads)
-    return measure(row, length, repeats, fix_mmap_threshold=False)
+    return measure(row, length, repeats, isolate_allocator=False)
 
 
 def available_mib() -> float:
@@ -304,17 +324,26 @@ def extrapolate(history: list[tuple[int, float]], length: int) -> float | None:
 
 
 def dry_check(row: Row, length: int, done: list[tuple[int, dict]], repeats: int, timeout: float) -> dict | None:
-    """A skip result when this cell is predicted not to fit in memory or in time; None to run it."""
+    """A skip result when this cell is predicted not to fit in memory or in time; None to run it.
+
+    Memory: the whole process at the last measured length (RSS before the step, which holds the layer's
+    parameters, plus the step's growth) scaled by the growth's power law, so that length-sized parameters
+    such as synthesizer_random's (L, L) scores are counted too."""
     measured = [(n, r) for n, r in done if r["status"] == "ok"]
-    memory = extrapolate([(n, r["mib"]) for n, r in measured], length)
-    if memory is None and row.entry in QUADRATIC and row.backend != "sdpa":
+    memory = None
+    if measured:
+        last_length, last = measured[-1]
+        scale = extrapolate([(n, r["mib"]) for n, r in measured], length) / last["mib"]
+        memory = (last["rss_before_mib"] + last["mib"]) * scale
+    elif row.entry in QUADRATIC and row.backend != "sdpa":
         memory = 5 * HEADS * length**2 * 4 / 2**20  # ~5 live (heads, L, L) float32 tensors at the peak
     if memory is not None and memory > MEMORY_FRACTION * available_mib():
         return {"status": "OOM-risk", "detail": f"predicted {memory / 1024:.1f} GiB, {available_mib() / 1024:.1f} free"}
     if any(r["status"] in ("OOM-risk", "killed") for _, r in done):
         return {"status": "OOM-risk", "detail": "a shorter length did not fit"}
     step_ms = extrapolate([(n, r["ms"]) for n, r in measured], length)
-    if step_ms is not None and step_ms * (repeats + 2) / 1000 > timeout:
+    steps = repeats + 3  # warm-up, measured step, warm-up, timed repeats
+    if step_ms is not None and step_ms * steps / 1000 > timeout:
         return {"status": "too slow", "detail": f"predicted {step_ms / 1000:.0f} s a step, --timeout {timeout:.0f}"}
     if any(r["status"] in ("too slow", "timeout") for _, r in done):
         return {"status": "too slow", "detail": "a shorter length ran out of time"}

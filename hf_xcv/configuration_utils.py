@@ -14,7 +14,7 @@ from typing import Any
 from transformers import PretrainedConfig
 from transformers.activations import ACT2FN
 
-from .attention import available_attention_types, validate_attention_kwargs
+from .attention import available_attention_types, check_capabilities, validate_attention_kwargs
 
 
 def check_int(name: str, value: Any, minimum: int = 1) -> None:
@@ -69,12 +69,15 @@ def check_activation(name: str, value: Any) -> None:
         raise ValueError(f"{name}={value!r} is not a known activation; allowed values: {sorted(ACT2FN)}")
 
 
-def check_attention(attention_type: Any, attention_kwargs: Any) -> None:
-    """``attention_type`` must be registered and ``attention_kwargs`` must be keys it accepts."""
+def check_attention(attention_type: Any, attention_kwargs: Any, attention_dropout: float = 0.0) -> None:
+    """``attention_type`` must be registered, ``attention_kwargs`` must be keys it accepts, and a non-zero
+    ``attention_dropout`` needs a core with attention probabilities."""
     check_choice("attention_type", attention_type, available_attention_types())
     if attention_kwargs is not None and not isinstance(attention_kwargs, dict):
         raise ValueError(f"attention_kwargs must be a dict, got {type(attention_kwargs).__name__}")
     validate_attention_kwargs(attention_type, attention_kwargs)
+    if attention_dropout:
+        check_capabilities(attention_type, attention_dropout=True)
 
 
 class XcvConfig(PretrainedConfig):

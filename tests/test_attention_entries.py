@@ -167,20 +167,26 @@ def test_padding_masked_keys_do_not_matter_and_empty_rows_give_zeros(case):
 
 @pytest.mark.parametrize("case", [c for c in CASES if c[1]], ids=case_id)
 def test_causal_output_is_unchanged_by_the_future(case):
+    """At every cut, with one row padded where the entry takes padding: changing what follows the cut leaves
+    every output up to the cut unchanged."""
     name, causal = case
     q, k, v = inputs(name, causal)
     length = q.shape[2]
     core = make(name, **get_attention_class(name).small_kwargs)
-    out = call(core, q, k, v, name, causal=True).values
-    cut = length // 2
-    q2, k2, v2 = q.clone(), k.clone(), v.clone()
-    if not get_attention_class(name).content_routed:
-        q2[:, :, cut + 1 :] = torch.randn_like(q2[:, :, cut + 1 :])
-        k2[:, :, cut + 1 :] = torch.randn_like(k2[:, :, cut + 1 :])
-    v2[:, :, cut + 1 :] = torch.randn_like(v2[:, :, cut + 1 :]) * 5
-    changed = call(core, q2, k2, v2, name, causal=True).values
-    assert max_diff(out[:, :, : cut + 1], changed[:, :, : cut + 1]) < 1e-12
-    assert max_diff(out[:, :, cut + 1 :], changed[:, :, cut + 1 :]) > 1e-6  # the future itself did change
+    keep = padding_for(name, length)
+    out = call(core, q, k, v, name, keep, causal=True).values
+    routed = get_attention_class(name).content_routed
+    for cut in range(length - 1):
+        q2, k2, v2 = q.clone(), k.clone(), v.clone()
+        future = slice(cut + 1, None)
+        if not routed:
+            q2[:, :, future] = torch.randn_like(q2[:, :, future])
+            k2[:, :, future] = torch.randn_like(k2[:, :, future])
+        v2[:, :, future] = torch.randn_like(v2[:, :, future]) * 5
+        changed = call(core, q2, k2, v2, name, keep, causal=True).values
+        assert max_diff(out[:, :, : cut + 1], changed[:, :, : cut + 1]) < 1e-12, f"leak at cut {cut}"
+        if cut == length // 2:
+            assert max_diff(out[0, :, cut + 1 :], changed[0, :, cut + 1 :]) > 1e-6  # the future itself did change
 
 
 @pytest.mark.parametrize("case", CASES, ids=case_id)

@@ -467,3 +467,23 @@ def test_bfloat16_runs(name):
     core = build(name, dtype=torch.bfloat16, **get_attention_class(name).small_kwargs)
     out = core.train()(q, k, v, causal=True, attention_mask=padding_keep(2, 16, [16, 9])).values
     assert out.dtype == torch.bfloat16 and torch.isfinite(out).all()
+
+
+@pytest.mark.parametrize(
+    "name, setting",
+    [
+        ("lsh", {"shared_qk": "no"}),
+        ("lsh", {"chunk_length": 2.5}),
+        ("lsh", {"n_hashes": 2.0}),
+        ("lsh", {"scale_logits": 1}),
+        ("routing", {"window_size": 3.5}),
+        ("routing", {"ema_decay": "0.9"}),
+        ("sinkhorn", {"block_size": 4.5}),
+        ("sinkhorn", {"temperature": 0}),
+    ],
+)
+def test_settings_of_the_wrong_type_are_refused_when_built(name, setting):
+    from hf_xcv.attention import build_attention
+
+    with pytest.raises(ValueError, match=f"attention_type={name!r}: {next(iter(setting))}"):
+        build_attention(name, 2, 8, **setting)

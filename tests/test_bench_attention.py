@@ -89,13 +89,20 @@ def test_grids_and_length_tied_settings(bench):
             assert bench.entry_kwargs(name, 1024).items() >= tied(1024).items()
 
 
+def cell(ms: float, mib: float, before: float = 400.0) -> dict:
+    return {"status": "ok", "ms": ms, "mib": mib, "rss_before_mib": before}
+
+
 def test_dry_estimates_skip_what_cannot_fit(bench, monkeypatch):
-    monkeypatch.setattr(bench, "available_mib", lambda: 16 * 1024.0)
-    eager, linear = bench.Row("full", "eager"), bench.Row("linear")
+    monkeypatch.setattr(bench, "available_mib", lambda: 32 * 1024.0)
+    eager, linear, synthesizer = bench.Row("full", "eager"), bench.Row("linear"), bench.Row("synthesizer_random")
     assert bench.dry_check(eager, 16384, [], repeats=3, timeout=600)["status"] == "OOM-risk"  # ~40 GiB
-    done = [(4096, {"status": "ok", "ms": 100.0, "mib": 2000.0}), (8192, {"status": "ok", "ms": 400.0, "mib": 8000.0})]
-    assert bench.dry_check(eager, 16384, done, repeats=3, timeout=600)["status"] == "OOM-risk"
-    done = [(4096, {"status": "ok", "ms": 50.0, "mib": 40.0}), (8192, {"status": "ok", "ms": 100.0, "mib": 80.0})]
+    done = [(4096, cell(100.0, 1600.0)), (8192, cell(400.0, 6400.0))]
+    assert bench.dry_check(eager, 16384, done, repeats=3, timeout=600)["status"] == "OOM-risk"  # ~27 GiB
+    # The growth alone (16 GiB) would fit; with the (L, L) parameters held before the step it does not.
+    done = [(4096, cell(100.0, 1000.0, before=900.0)), (8192, cell(400.0, 4000.0, before=2500.0))]
+    assert bench.dry_check(synthesizer, 16384, done, repeats=3, timeout=600)["status"] == "OOM-risk"
+    done = [(4096, cell(50.0, 40.0)), (8192, cell(100.0, 80.0))]
     assert bench.dry_check(linear, 16384, done, repeats=3, timeout=600) is None
     assert bench.dry_check(linear, 16384, done, repeats=3, timeout=0.1)["status"] == "too slow"
     assert bench.extrapolate([(4096, 50.0), (8192, 100.0)], 16384) == pytest.approx(200.0)  # linear growth
@@ -104,7 +111,7 @@ def test_dry_estimates_skip_what_cannot_fit(bench, monkeypatch):
 
 def test_target_verdicts(bench):
     rows = bench.rows_for(["full", "linear", "local", "synthesizer_dense"])
-    ok = lambda ms, mib: {"status": "ok", "ms": ms, "mib": mib}  # noqa: E731
+    ok = cell
     results = {
         ("full (eager)", 8192): ok(1000.0, 8000.0),
         ("linear", 4096): ok(40.0, 50.0),

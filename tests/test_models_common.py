@@ -239,7 +239,13 @@ def test_every_task_model_states_which_attention_entries_it_serves():
 
 def entry_config(model_type: str, attention_type: str):
     kwargs = get_attention_class(attention_type).small_kwargs
-    return tiny_config(model_type, attention_type=attention_type, attention_kwargs=dict(kwargs))
+    overrides = {"attention_type": attention_type, "attention_kwargs": dict(kwargs)}
+    if model_type == "xcv_vit":
+        # Mean pooling makes every token of the last layer count. With [CLS] pooling only [CLS] does, and a
+        # core whose prefix tokens bypass a learned part (memory_compressed's compression) rightly leaves that
+        # part of the last layer without gradient.
+        overrides["pooling"] = "mean"
+    return tiny_config(model_type, **overrides)
 
 
 def run_loss(model, inputs, stateful: bool):
@@ -268,8 +274,8 @@ def test_every_attention_entry_trains_saves_and_reloads_in_every_model(head_case
     loss = run_loss(model, inputs, caps.stateful)
     assert torch.isfinite(loss)
     loss.backward()
-    missing = [n for n, p in model.named_parameters() if p.grad is None]
-    assert not missing, f"no gradient for {missing}"
+    missing = [n for n, p in model.named_parameters() if p.grad is None or not p.grad.abs().sum() > 0]
+    assert not missing, f"no (or an all-zero) gradient for {missing}"
     model.eval().save_pretrained(tmp_path)
     reloaded = AUTO_CLASSES[auto_name].from_pretrained(tmp_path).eval()
     assert reloaded.config.attention_type == attention_type

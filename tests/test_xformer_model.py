@@ -8,6 +8,7 @@ from datasets import Dataset
 from transformers import Trainer, TrainingArguments
 
 from hf_xcv import XFormerConfig, XFormerForCausalLM, XFormerForSequenceClassification, XFormerModel, preset_config
+from hf_xcv.attention import available_attention_types, get_attention_class
 
 
 def tiny(**overrides) -> XFormerConfig:
@@ -150,6 +151,9 @@ def test_bad_inputs_are_refused_by_name():
     lm = XFormerForCausalLM(tiny()).eval()
     with pytest.raises(ValueError, match="labels have shape"):
         lm(ids(1, 4), labels=ids(1, 5))
+    for target in (model, lm, model.model):  # nothing is silently dropped
+        with pytest.raises(ValueError, match=r"unexpected arguments \['inputs_embeds'\]"):
+            target(ids(1, 4), inputs_embeds=torch.zeros(1, 4, 32))
 
 
 def test_config_errors_name_the_field():
@@ -163,6 +167,10 @@ def test_config_errors_name_the_field():
         tiny(hidden_size=30)
     with pytest.raises(ValueError, match="aux_loss_weight"):
         tiny(aux_loss_weight=-1.0)
+    with pytest.raises(ValueError, match="attention_type='performer'.*dropout on attention probabilities"):
+        tiny(attention_type="performer", attention_probs_dropout_prob=0.1)
+    with pytest.raises(ValueError, match="attention_type='linear'.*dropout on attention probabilities"):
+        preset_config("vit-test-tiny", attention_type="linear", attention_probs_dropout_prob=0.1)
 
 
 def _repeating_corpus(n: int = 64, length: int = 16) -> Dataset:
@@ -182,8 +190,8 @@ def test_causal_lm_learns_with_trainer(tmp_path):
     args = TrainingArguments(
         output_dir=str(tmp_path),
         per_device_train_batch_size=16,
-        num_train_epochs=40,
-        learning_rate=3e-3,
+        max_steps=60,
+        learning_rate=1e-2,
         report_to=[],
         save_strategy="no",
         logging_strategy="no",
@@ -217,12 +225,17 @@ def test_two_segments_with_memory_equal_one_pass_with_the_xl_mask(attention_type
     assert (segmented - whole).abs().max().item() < 1e-10
 
 
-@pytest.mark.parametrize("attention_type", ["linear", "performer", "local", "lsh"])
-def test_generate_recomputes_the_prefix_for_cores_without_a_key_value_cache(attention_type):
+CAUSAL_ENTRIES = [
+    name
+    for name in available_attention_types()
+    if get_attention_class(name).capabilities.causal and not get_attention_class(name).capabilities.needs_grid
+]
+
+
+@pytest.mark.parametrize("attention_type", CAUSAL_ENTRIES)
+def test_generate_equals_a_greedy_loop_for_every_causal_entry(attention_type):
     torch.manual_seed(0)
     config = tiny(attention_type=attention_type, eos_token_id=None)
-    from hf_xcv.attention import get_attention_class
-
     config.attention_kwargs = dict(get_attention_class(attention_type).small_kwargs)
     model = XFormerForCausalLM(config).eval()
     prompt = ids(2, 5)

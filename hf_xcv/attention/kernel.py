@@ -42,6 +42,7 @@ _KERNEL_CAPABILITIES = Capabilities(
     causal=True,
     cross_attention=True,
     returns_weights=False,
+    attention_dropout=False,
     length_constraint="any length",
 )
 

@@ -43,7 +43,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .registry import AttentionCore, AttentionOutput, Capabilities, register_attention
-from .utils import key_padding_mask, masked_softmax, pad_to_multiple, seeded_generator
+from .utils import check_bool, check_int, key_padding_mask, masked_softmax, pad_to_multiple, seeded_generator
 
 # Logit that replaces a token's attention to itself under shared query-key (trax / transformers value).
 SELF_LOGIT = -1e5
@@ -147,19 +147,17 @@ class LSHAttention(AttentionCore):
         seed: int | None = 0,
     ):
         super().__init__(num_heads, head_dim)
-        if chunk_length < 1:
-            raise ValueError(f"chunk_length must be a positive integer, got {chunk_length}")
-        if num_buckets is not None and (num_buckets < 2 or num_buckets % 2):
+        check_int(self.name, "chunk_length", chunk_length, 1)
+        if num_buckets is not None and (check_int(self.name, "num_buckets", num_buckets, 2) % 2):
             raise ValueError(f"num_buckets must be an even integer >= 2 (or None), got {num_buckets}")
-        if n_hashes < 1:
-            raise ValueError(f"n_hashes must be a positive integer, got {n_hashes}")
-        if chunks_before < 0 or chunks_after < 0:
-            raise ValueError(
-                f"chunks_before and chunks_after must be >= 0, got chunks_before={chunks_before}, "
-                f"chunks_after={chunks_after}"
-            )
-        if seed is not None and not isinstance(seed, int):
-            raise ValueError(f"seed must be an integer or None, got {seed!r}")
+        check_int(self.name, "n_hashes", n_hashes, 1)
+        check_int(self.name, "chunks_before", chunks_before, 0)
+        check_int(self.name, "chunks_after", chunks_after, 0)
+        check_bool(self.name, "shared_qk", shared_qk)
+        if scale_logits is not None:
+            check_bool(self.name, "scale_logits", scale_logits)
+        if seed is not None:
+            check_int(self.name, "seed", seed, 0)
         self.chunk_length = chunk_length
         self.num_buckets = num_buckets
         self.n_hashes = n_hashes

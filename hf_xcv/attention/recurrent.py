@@ -38,7 +38,7 @@ from torch import nn
 
 from .full import dense_attention
 from .registry import AttentionCore, AttentionOutput, Capabilities, register_attention
-from .utils import key_padding_mask
+from .utils import check_int, key_padding_mask
 
 
 class SegmentMemory(NamedTuple):
@@ -82,20 +82,14 @@ def relative_shift(scores: torch.Tensor) -> torch.Tensor:
     return padded[..., 1:, :].view(*lead, q_len, k_len)  # dropping Lq entries shifts row i left by Lq - 1 - i
 
 
-def _check_length(name: str, value: Any, allow_zero: bool) -> None:
-    smallest = 0 if allow_zero else 1
-    if isinstance(value, bool) or not isinstance(value, int) or value < smallest:
-        raise ValueError(f"{name} must be an integer >= {smallest}, got {value!r}")
-
-
 class _RelativeSegmentAttention(AttentionCore):
     """What Transformer-XL and the Compressive Transformer share: u, v, W_R and the relative attention."""
 
     def __init__(self, num_heads: int, head_dim: int, mem_len: int, clamp_len: int | None):
         super().__init__(num_heads, head_dim)
-        _check_length("mem_len", mem_len, allow_zero=True)
+        check_int(self.name, "mem_len", mem_len, 0)
         if clamp_len is not None:
-            _check_length("clamp_len", clamp_len, allow_zero=False)
+            check_int(self.name, "clamp_len", clamp_len, 1)
         self.mem_len = mem_len
         self.clamp_len = clamp_len
         width = num_heads * head_dim
@@ -389,8 +383,8 @@ class CompressiveAttention(_RelativeSegmentAttention):
         clamp_len: int | None = None,
     ):
         super().__init__(num_heads, head_dim, mem_len, clamp_len)
-        _check_length("cmem_len", cmem_len, allow_zero=True)
-        _check_length("compression_rate", compression_rate, allow_zero=False)
+        check_int(self.name, "cmem_len", cmem_len, 0)
+        check_int(self.name, "compression_rate", compression_rate, 1)
         if compression not in MemoryCompressor.MODES:
             raise ValueError(f"compression must be one of {MemoryCompressor.MODES}, got {compression!r}")
         self.cmem_len = cmem_len

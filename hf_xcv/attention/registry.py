@@ -46,6 +46,7 @@ class Capabilities:
         needs_grid: requires the (height, width) layout of the tokens.
         stateful: carries memory from one call to the next.
         requires_causal: only defined for causal attention (e.g. segment recurrence).
+        attention_dropout: has attention probabilities that dropout can act on (kernel attentions do not).
         relative_positions: encodes token positions itself; a model then adds no absolute positions.
         length_constraint: what lengths it takes, in words (for docs; enforced by ``length_problems``).
     """
@@ -57,6 +58,7 @@ class Capabilities:
     needs_grid: bool = False
     stateful: bool = False
     requires_causal: bool = False
+    attention_dropout: bool = True
     relative_positions: bool = False
     length_constraint: str = ""
 
@@ -68,6 +70,7 @@ _CAPABILITY_WORDS = {
     "cross_attention": "cross-attention (keys from another sequence)",
     "returns_weights": "returning attention weights (output_attentions=True)",
     "stateful": "memory carried from a previous call (state=...)",
+    "attention_dropout": "dropout on attention probabilities (it has none; set the attention dropout to 0)",
 }
 
 
@@ -219,6 +222,7 @@ def capability_problems(
     returns_weights: bool = False,
     grid_available: bool = False,
     stateful: bool = False,
+    attention_dropout: bool = False,
 ) -> tuple[str, ...]:
     """Every request the entry ``name`` cannot serve, in words (empty when it can serve them all)."""
     caps = get_attention_class(name).capabilities
@@ -228,6 +232,7 @@ def capability_problems(
         "cross_attention": cross_attention,
         "returns_weights": returns_weights,
         "stateful": stateful,
+        "attention_dropout": attention_dropout,
     }
     reasons = [
         f"it does not support {_CAPABILITY_WORDS[key]}"

@@ -34,7 +34,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .registry import AttentionCore, AttentionOutput, Capabilities, register_attention
-from .utils import key_padding_mask, masked_softmax
+from .utils import check_float, check_int, key_padding_mask, masked_softmax
 
 
 def take(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
@@ -85,14 +85,11 @@ class RoutingAttention(AttentionCore):
         commitment: float = 1e-4,
     ):
         super().__init__(num_heads, head_dim)
-        if num_clusters < 1:
-            raise ValueError(f"num_clusters must be a positive integer, got {num_clusters}")
-        if window_size is not None and window_size < 1:
-            raise ValueError(f"window_size must be a positive integer or None, got {window_size}")
-        if not 0.0 <= ema_decay < 1.0:
-            raise ValueError(f"ema_decay must be in [0, 1), got {ema_decay}")
-        if commitment < 0:
-            raise ValueError(f"commitment must be >= 0, got {commitment}")
+        check_int(self.name, "num_clusters", num_clusters, 1)
+        if window_size is not None:
+            check_int(self.name, "window_size", window_size, 1)
+        check_float(self.name, "ema_decay", ema_decay, 0.0, 1.0)
+        check_float(self.name, "commitment", commitment, 0.0)
         self.num_clusters = num_clusters
         self.window_size = window_size
         self.ema_decay = ema_decay

@@ -34,7 +34,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .registry import AttentionCore, AttentionOutput, Capabilities, register_attention
-from .utils import key_padding_mask, masked_softmax, pad_to_multiple, seeded_generator
+from .utils import check_float, check_int, key_padding_mask, masked_softmax, pad_to_multiple, seeded_generator
 
 
 def sinkhorn(log_p: torch.Tensor, allowed: torch.Tensor, iterations: int, causal: bool) -> torch.Tensor:
@@ -94,14 +94,11 @@ class SinkhornAttention(AttentionCore):
         seed: int | None = None,
     ):
         super().__init__(num_heads, head_dim)
-        if block_size < 1:
-            raise ValueError(f"block_size must be a positive integer, got {block_size}")
-        if max_blocks < 1:
-            raise ValueError(f"max_blocks must be a positive integer, got {max_blocks}")
-        if temperature <= 0:
-            raise ValueError(f"temperature must be > 0, got {temperature}")
-        if sinkhorn_iters < 0:
-            raise ValueError(f"sinkhorn_iters must be >= 0, got {sinkhorn_iters}")
+        check_int(self.name, "block_size", block_size, 1)
+        check_int(self.name, "max_blocks", max_blocks, 1)
+        if check_float(self.name, "temperature", temperature, 0.0) == 0.0:
+            raise ValueError(f"attention_type={self.name!r}: temperature must be > 0, got {temperature}")
+        check_int(self.name, "sinkhorn_iters", sinkhorn_iters, 0)
         if seed is not None and not isinstance(seed, int):
             raise ValueError(f"seed must be an integer or None, got {seed!r}")
         self.block_size = block_size

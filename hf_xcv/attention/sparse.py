@@ -42,19 +42,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .registry import AttentionCore, AttentionOutput, Capabilities, raise_problems, register_attention
-from .utils import key_padding_mask, masked_softmax
-
-# ----------------------------------------------------------------------------------------------------------
-# kwarg validation
-# ----------------------------------------------------------------------------------------------------------
-
-
-def check_int(entry: str, name: str, value: Any, minimum: int) -> int:
-    """``value`` as an int >= ``minimum``; a ValueError naming the entry and the kwarg otherwise."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"attention_type={entry!r}: {name} must be an integer >= {minimum}, got {value!r}")
-    return value
-
+from .utils import check_int, key_padding_mask, masked_softmax
 
 # ----------------------------------------------------------------------------------------------------------
 # pattern machinery

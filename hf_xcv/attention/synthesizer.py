@@ -32,7 +32,7 @@ from .registry import (
     raise_problems,
     register_attention,
 )
-from .utils import key_padding_mask, masked_softmax
+from .utils import check_int, key_padding_mask, masked_softmax
 
 _SYNTHESIZER_CAPABILITIES = Capabilities(
     padding_mask=True,
@@ -41,12 +41,6 @@ _SYNTHESIZER_CAPABILITIES = Capabilities(
     returns_weights=True,
     length_constraint="at most max_length queries and keys (the synthesized logits cover max_length positions)",
 )
-
-
-def _positive_int(key: str, value: Any) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ValueError(f"{key} must be a positive integer, got {value!r}")
-    return value
 
 
 def _uniform(*shape: int, fan_in: int) -> nn.Parameter:
@@ -62,7 +56,7 @@ class _Synthesizer(AttentionCore):
 
     def __init__(self, num_heads: int, head_dim: int, max_length: int, mix_dot_product: bool):
         super().__init__(num_heads, head_dim)
-        self.max_length = _positive_int("max_length", max_length)
+        self.max_length = check_int(self.name, "max_length", max_length, 1)
         if not isinstance(mix_dot_product, bool):
             raise ValueError(f"mix_dot_product must be True or False, got {mix_dot_product!r}")
         self.mix_dot_product = mix_dot_product
@@ -146,7 +140,7 @@ class DenseSynthesizerAttention(_Synthesizer):
         mix_dot_product: bool = False,
     ):
         super().__init__(num_heads, head_dim, max_length, mix_dot_product)
-        hidden = head_dim if hidden_dim is None else _positive_int("hidden_dim", hidden_dim)
+        hidden = head_dim if hidden_dim is None else check_int(self.name, "hidden_dim", hidden_dim, 1)
         if factors is not None and not factorized:
             raise ValueError(f"factors={factors!r} is set but factorized=False; set factorized=True or drop factors")
         self.factorized = factorized
@@ -156,7 +150,7 @@ class DenseSynthesizerAttention(_Synthesizer):
                 factors = (a, -(-max_length // a))
             if not isinstance(factors, (tuple, list)) or len(factors) != 2:
                 raise ValueError(f"factors must be two positive integers (a, b), got {factors!r}")
-            a, b = (_positive_int("factors", f) for f in factors)
+            a, b = (check_int(self.name, "factors", f, 1) for f in factors)
             if a * b < max_length:
                 raise ValueError(f"factors {a} x {b} = {a * b} do not cover max_length={max_length}")
             self.factors = (a, b)
@@ -227,7 +221,7 @@ class RandomSynthesizerAttention(_Synthesizer):
         if rank is not None and not factorized:
             raise ValueError(f"rank={rank!r} is set but factorized=False; set factorized=True or drop rank")
         self.trainable, self.factorized = trainable, factorized
-        self.rank = (32 if rank is None else _positive_int("rank", rank)) if factorized else None
+        self.rank = (32 if rank is None else check_int(self.name, "rank", rank, 1)) if factorized else None
         if factorized:
             std = self.rank**-0.25
             tables = {"left": torch.randn(num_heads, max_length, self.rank) * std}

@@ -3,6 +3,8 @@ masked softmax that gives zeros for rows with nothing to attend, seeded generato
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 
@@ -57,3 +59,30 @@ def seeded_generator(seed: int | None, device: torch.device | str = "cpu") -> to
     if seed is None:
         return None
     return torch.Generator(device=device).manual_seed(int(seed))
+
+
+def check_int(entry: str, name: str, value: Any, minimum: int) -> int:
+    """``value`` as an int >= ``minimum``; a ValueError naming the entry and the setting otherwise."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"attention_type={entry!r}: {name} must be an integer >= {minimum}, got {value!r}")
+    return value
+
+
+def check_bool(entry: str, name: str, value: Any) -> bool:
+    """``value`` if it is True or False; a ValueError naming the entry and the setting otherwise."""
+    if not isinstance(value, bool):
+        raise ValueError(f"attention_type={entry!r}: {name} must be True or False, got {value!r}")
+    return value
+
+
+def check_float(entry: str, name: str, value: Any, low: float, high: float | None = None) -> float:
+    """``value`` as a real number in [low, high) (or >= low); a ValueError naming the setting otherwise."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or value < low
+        or (high is not None and value >= high)
+    ):
+        span = f"in [{low}, {high})" if high is not None else f">= {low}"
+        raise ValueError(f"attention_type={entry!r}: {name} must be a number {span}, got {value!r}")
+    return float(value)

@@ -139,7 +139,7 @@ class TransformerConfig(XcvConfig):
         check_positive_float("layer_norm_eps", self.layer_norm_eps)
         check_positive_float("init_std", self.init_std)
         self._check_token_ids()
-        check_attention(self.attention_type, self.attention_kwargs)
+        check_attention(self.attention_type, self.attention_kwargs, self.attention_dropout)
         try:  # the decoder needs all three; name every one the chosen core lacks
             check_capabilities(self.attention_type, padding_mask=True, causal=True, cross_attention=True)
         except ValueError as err:

@@ -107,7 +107,7 @@ class ViTConfig(XcvConfig):
         if self.representation_size is not None:
             check_int("representation_size", self.representation_size)
         check_activation("representation_act", self.representation_act)
-        check_attention(self.attention_type, self.attention_kwargs)
+        check_attention(self.attention_type, self.attention_kwargs, self.attention_probs_dropout_prob)
         try:  # ViT attends bidirectionally over the patch grid
             check_capabilities(self.attention_type, grid_available=True)
         except ValueError as err:

@@ -41,7 +41,9 @@ class XFormerConfig(XcvConfig):
             that encode relative positions themselves (Transformer-XL, Compressive) and ``"learned"`` otherwise.
         layer_norm_eps: epsilon of every LayerNorm.
         initializer_range: std of the normal initialisation of Linear and Embedding weights.
-        attention_type / attention_kwargs: the attention core and its settings (``hf_xcv.attention``).
+        attention_type / attention_kwargs: the attention core and its settings (``hf_xcv.attention``). The
+            sequence models mark no token as special: global-token cores (``longformer``, ``etc``,
+            ``bigbird``) use their own ``num_global_tokens`` / global blocks.
         aux_loss_weight: weight of the cores' auxiliary losses (k-means commitment, memory reconstruction)
             in the training loss.
         reversible: reversible residual blocks (Reformer): activations are recomputed in the backward pass
@@ -93,7 +95,7 @@ class XFormerConfig(XcvConfig):
         super().__post_init__(**kwargs)
 
     def check(self) -> None:
-        check_attention(self.attention_type, self.attention_kwargs)
+        check_attention(self.attention_type, self.attention_kwargs, self.attention_probs_dropout_prob)
         for name in (
             "vocab_size",
             "hidden_size",

@@ -216,6 +216,16 @@ class XFormerPreTrainedModel(XcvPreTrainedModel):
         # attention cores' own parameters (projections, centroids, inducing points) keep their construction values
 
 
+_LOSS_KWARGS = frozenset({"num_items_in_batch"})  # what Trainer passes through to the loss
+
+
+def refuse_unknown(kwargs: dict[str, Any], allowed: frozenset[str] = frozenset()) -> None:
+    """Nothing is silently dropped: arguments the model does not read are refused by name."""
+    unknown = sorted(key for key, value in kwargs.items() if key not in allowed and value is not None)
+    if unknown:
+        raise ValueError(f"unexpected arguments {unknown}; this model reads none of them")
+
+
 def padding_keep(attention_mask: torch.Tensor | None, input_ids: torch.Tensor) -> torch.Tensor | None:
     """(B, 1, 1, L) boolean keep mask from a (B, L) 0/1 mask; None when nothing is padded."""
     if attention_mask is None:
@@ -283,6 +293,7 @@ class XFormerModel(XFormerPreTrainedModel):
         Returns:
             :class:`XFormerModelOutput`.
         """
+        refuse_unknown(kwargs)
         output_attentions, output_hidden_states = self._resolve_outputs(output_attentions, output_hidden_states)
         if input_ids is None or input_ids.dim() != 2 or input_ids.shape[1] == 0:
             shape = None if input_ids is None else tuple(input_ids.shape)
@@ -409,6 +420,7 @@ class XFormerForSequenceClassification(XFormerPreTrainedModel):
             labels: (batch,) class ids, (batch,) floats for regression (``num_labels=1``), or (batch,
                 num_labels) multi-hot targets.
         """
+        refuse_unknown(kwargs, _LOSS_KWARGS)
         outputs = self.model(
             input_ids,
             attention_mask=attention_mask,
@@ -491,6 +503,7 @@ class XFormerForCausalLM(XFormerPreTrainedModel, GenerationMixin):
             labels: (batch, length) targets aligned with ``input_ids`` (shifted inside; -100 is ignored).
             logits_to_keep: compute logits for only the last this many positions (0 = all).
         """
+        refuse_unknown(kwargs, _LOSS_KWARGS)
         outputs = self.model(
             input_ids,
             attention_mask=attention_mask,
