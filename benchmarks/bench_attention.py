@@ -14,24 +14,31 @@ compressive) run causal; the others are bidirectional. Grid entries get a near-s
 with ``h * w = L`` (32x32 for 1K ... 128x128 for 16K). Settings are each entry's defaults
 (``attention_kwarg_defaults``) except the length-tied ones in ``LENGTH_TIED`` below.
 
-Time: the median of ``--repeats`` steps after one warm-up step.
+Time: the median of ``--repeats`` steps after a warm-up step. On a small shared machine use
+``--threads 1``: with as many threads as cores, any other busy process stalls every parallel region and
+a step can take ten times longer; one thread leaves a core to the neighbour. The per-repeat times and
+the load average are logged for every cell, and cells whose repeats spread more than 1.5x are listed.
 
 Peak memory: the growth of the process's resident set (RSS) during one step, with the layer and its
 input already allocated. PyTorch keeps no allocator statistics on CPU; ``torch.profiler``'s memory events
 count ATen's allocations but not the allocator's behaviour and slow the run, whereas RSS is what the
 machine actually gives the process. Each (entry, length) runs in a fresh worker process
 (``--worker NAME LENGTH``) so that one measurement cannot inherit another's heap, and an out-of-memory kill
-or a timeout loses one cell, not the run. In the worker, after the timed steps: glibc's dynamic mmap
-threshold is fixed at 128 KiB (so every tensor of that size or more is mapped on allocation and returned
-to the system when freed, and RSS follows the live tensors), freed heap memory is trimmed, the kernel's
-peak-RSS counter is reset (``/proc/self/clear_refs``, Linux), one more step runs, and memory = peak RSS
-(``VmHWM``, what ``getrusage`` reports as ``ru_maxrss``) minus the RSS just before it. Resolution: one
-4 KiB page. Sanity check (printed with the table): eager full attention at 4K holds a few (8, 4096, 4096)
-float32 tensors (scores, probabilities, their gradients) of 512 MiB each.
+or a timeout loses one cell, not the run. In the worker, before anything is allocated, glibc's mmap
+threshold is fixed at 128 KiB (every tensor of that size or more is mapped on allocation and unmapped when
+freed, so RSS follows the live tensors instead of adding up heap blocks that stay resident); after a
+warm-up step the heap is trimmed, the kernel's peak-RSS counter is reset (``/proc/self/clear_refs``,
+Linux), one step runs, and memory = peak RSS (``VmHWM``, what ``getrusage`` reports as ``ru_maxrss``)
+minus the RSS just before it. Only then are the steps timed, with glibc's usual large-block settings.
+Resolution: one 4 KiB page; repeated workers agree to within a few hundred KiB. Sanity check (printed
+with the table): eager full attention at 4K holds a few (8, 4096, 4096) float32 tensors (scores,
+probabilities, their gradients) of 512 MiB each. ``--in-process`` (used by the test) skips the workers and
+the allocator settings, so its memory column is only indicative.
 
-Before each cell a dry estimate, extrapolated from the same row's smaller lengths, skips it as
-``OOM-risk`` when the predicted peak does not fit in 75% of the memory available now, or as ``too slow``
-when the predicted steps exceed ``--timeout`` (eager full attention at 16K needs tens of GiB).
+Before each cell a dry estimate, extrapolated from the same row's smaller lengths (the whole process:
+parameters plus the step's growth), skips it as ``OOM-risk`` when it does not fit in 70% of the memory
+available now, or as ``too slow`` when the predicted steps exceed ``--timeout`` (eager full attention at
+16K needs tens of GiB).
 
 Table (LRA Table 2 layout): per length, ``ms (speed-up vs eager / vs sdpa)`` with speed-up = t_full / t
 (> 1 = faster than full attention), then ``MiB (memory vs eager / vs sdpa)`` with ratio = m / m_full
@@ -402,11 +409,12 @@ def ratios(results: dict, rows: list[Row], lengths: list[int]) -> dict[tuple[str
 
 
 def _number(value: float) -> str:
-    return f"{value:.2f}" if value < 10 else f"{value:.1f}" if value < 100 else f"{value:.0f}"
+    """Three significant digits below 100 (never rounding a small positive value to 0), whole numbers above."""
+    return f"{value:.3g}" if value < 100 else f"{value:.0f}"
 
 
 def _ratio(value: float | None) -> str:
-    return "-" if value is None else f"{value:.2f}x" if value < 10 else f"{value:.1f}x"
+    return "-" if value is None else f"{value:.2f}x" if 0.01 <= value < 10 else f"{_number(value)}x"
 
 
 def _length_name(length: int) -> str:
