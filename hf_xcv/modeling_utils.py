@@ -19,7 +19,9 @@ import tempfile
 from typing import Any, ClassVar
 
 from safetensors import SafetensorError
+from torch import nn
 from transformers import PreTrainedModel
+from transformers import initialization as init
 
 from .conversion import (
     CorruptCheckpointError,
@@ -30,6 +32,7 @@ from .conversion import (
     load_config_dict,
     split_hub_kwargs,
 )
+from .layers import SinusoidalPositionEmbedding, sinusoidal_table
 
 logger = logging.getLogger(__name__)
 
@@ -137,3 +140,22 @@ class XcvPreTrainedModel(PreTrainedModel):
         new_head = sorted(info.get("missing_keys", ())) + sorted(k for k, *_ in info.get("mismatched_keys", ()))
         if new_head:
             logger.warning("newly initialised task-head weights (train before use): %s", _show(list(new_head)))
+
+
+def init_sequence_model_weights(module: nn.Module, std: float) -> None:
+    """The ``_init_weights`` of the token-sequence models: normal(0, std) Linear and Embedding weights (the
+    padding row zeroed), zero biases, unit LayerNorms, and fixed sinusoid tables recomputed (they are
+    non-persistent buffers, so loading off the meta device leaves them empty otherwise)."""
+    if isinstance(module, nn.Linear):
+        init.normal_(module.weight, mean=0.0, std=std)
+        if module.bias is not None:
+            init.zeros_(module.bias)
+    elif isinstance(module, nn.Embedding):
+        init.normal_(module.weight, mean=0.0, std=std)
+        if module.padding_idx is not None and not getattr(module.weight, "_is_hf_initialized", False):
+            init.zeros_(module.weight[module.padding_idx])
+    elif isinstance(module, nn.LayerNorm):
+        init.ones_(module.weight)
+        init.zeros_(module.bias)
+    elif isinstance(module, SinusoidalPositionEmbedding):
+        init.copy_(module.table, sinusoidal_table(module.num_positions, module.dim, module.layout))

@@ -271,3 +271,14 @@ def test_grid_and_non_causal_entries_are_refused_where_they_cannot_work():
         XFormerForSequenceClassification(tiny(attention_type="xl"))
     with pytest.raises(ValueError, match="reversible"):
         tiny(attention_type="xl", reversible=True)
+
+
+def test_sinusoidal_positions_survive_a_save_and_reload(tmp_path):
+    """The sinusoid table is a non-persistent buffer: loading must recompute it, not leave it empty."""
+    torch.manual_seed(0)
+    model = XFormerForCausalLM(tiny(position_embedding_type="sinusoidal")).eval()
+    model.save_pretrained(tmp_path)
+    reloaded = XFormerForCausalLM.from_pretrained(tmp_path).eval()
+    tokens = ids(1, 10)
+    with torch.no_grad():
+        assert torch.equal(model(tokens).logits, reloaded(tokens).logits)

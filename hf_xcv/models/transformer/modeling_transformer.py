@@ -14,7 +14,6 @@ from typing import Any
 
 import torch
 from torch import nn
-from transformers import initialization as init
 from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
 from transformers.generation import GenerationMixin
 from transformers.modeling_layers import GradientCheckpointingLayer
@@ -27,9 +26,9 @@ from transformers.modeling_outputs import (
 from transformers.utils.generic import can_return_tuple
 
 from ...attention import MultiHeadAttention
-from ...layers import Mlp, SinusoidalPositionEmbedding, sinusoidal_table
+from ...layers import Mlp, SinusoidalPositionEmbedding
 from ...losses import label_smoothed_loss
-from ...modeling_utils import XcvPreTrainedModel
+from ...modeling_utils import XcvPreTrainedModel, init_sequence_model_weights
 from .configuration_transformer import TransformerConfig
 
 
@@ -306,21 +305,7 @@ class TransformerPreTrainedModel(XcvPreTrainedModel):
     _task_head_modules = ("lm_head",)
 
     def _init_weights(self, module: nn.Module) -> None:
-        std = self.config.init_std
-        if isinstance(module, nn.Linear):
-            init.normal_(module.weight, mean=0.0, std=std)
-            if module.bias is not None:
-                init.zeros_(module.bias)
-        elif isinstance(module, nn.Embedding):
-            init.normal_(module.weight, mean=0.0, std=std)
-            if module.padding_idx is not None and not getattr(module.weight, "_is_hf_initialized", False):
-                init.zeros_(module.weight[module.padding_idx])
-        elif isinstance(module, nn.LayerNorm):
-            init.ones_(module.weight)
-            init.zeros_(module.bias)
-        elif isinstance(module, SinusoidalPositionEmbedding):
-            # a non-persistent buffer: recomputed whenever the model is materialised (e.g. off the meta device)
-            init.copy_(module.table, sinusoidal_table(module.num_positions, module.dim, module.layout))
+        init_sequence_model_weights(module, self.config.init_std)
 
     def get_expanded_tied_weights_keys(self, all_submodels: bool = False) -> dict[str, str]:
         # transformers ties only under config.tie_word_embeddings; sharing the source and target embeddings

@@ -14,7 +14,6 @@ from typing import Any
 
 import torch
 from torch import nn
-from transformers import initialization as init
 from transformers.cache_utils import Cache, DynamicCache
 from transformers.generation import GenerationMixin
 from transformers.modeling_layers import GradientCheckpointingLayer
@@ -25,7 +24,7 @@ from transformers.utils.generic import can_return_tuple
 from ...attention import MultiHeadAttention, PoolingByMultiheadAttention, get_attention_class
 from ...layers import Mlp, SinusoidalPositionEmbedding
 from ...layers.reversible import ChunkedFeedForward, ReversibleSequence
-from ...modeling_utils import XcvPreTrainedModel
+from ...modeling_utils import XcvPreTrainedModel, init_sequence_model_weights
 from .configuration_xformer import XFormerConfig
 
 
@@ -201,19 +200,8 @@ class XFormerPreTrainedModel(XcvPreTrainedModel):
     _task_head_modules = ("classifier", "pooler", "lm_head")
 
     def _init_weights(self, module: nn.Module) -> None:
-        std = self.config.initializer_range
-        if isinstance(module, nn.Linear):
-            init.normal_(module.weight, mean=0.0, std=std)
-            if module.bias is not None:
-                init.zeros_(module.bias)
-        elif isinstance(module, nn.Embedding):
-            init.normal_(module.weight, mean=0.0, std=std)
-            if module.padding_idx is not None:
-                init.zeros_(module.weight[module.padding_idx])
-        elif isinstance(module, nn.LayerNorm):
-            init.ones_(module.weight)
-            init.zeros_(module.bias)
         # attention cores' own parameters (projections, centroids, inducing points) keep their construction values
+        init_sequence_model_weights(module, self.config.initializer_range)
 
 
 _LOSS_KWARGS = frozenset({"num_items_in_batch"})  # what Trainer passes through to the loss
