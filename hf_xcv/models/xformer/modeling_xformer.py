@@ -214,18 +214,30 @@ def refuse_unknown(kwargs: dict[str, Any], allowed: frozenset[str] = frozenset()
         raise ValueError(f"unexpected arguments {unknown}; this model reads none of them")
 
 
-def padding_keep(attention_mask: torch.Tensor | None, input_ids: torch.Tensor) -> torch.Tensor | None:
-    """(B, 1, 1, L) boolean keep mask from a (B, L) 0/1 mask; None when nothing is padded."""
+def padding_keep(attention_mask: torch.Tensor | None, input_ids: torch.Tensor, past: int = 0) -> torch.Tensor | None:
+    """(B, 1, 1, past + L) boolean keep mask from a (B, past + L) 0/1 mask (with a cache it covers the cached
+    tokens too); None when nothing is padded."""
     if attention_mask is None:
         return None
-    if attention_mask.shape != input_ids.shape:
+    expected = (input_ids.shape[0], past + input_ids.shape[1])
+    if tuple(attention_mask.shape) != expected:
         raise ValueError(
-            f"attention_mask has shape {tuple(attention_mask.shape)}, expected {tuple(input_ids.shape)} like input_ids"
+            f"attention_mask has shape {tuple(attention_mask.shape)}, expected {expected}"
+            + (f" (input_ids plus {past} cached tokens)" if past else " like input_ids")
         )
     keep = attention_mask.bool()
     if keep.all():
         return None
     return keep[:, None, None, :]
+
+
+def _tuple_or_none(items: list | None) -> tuple | None:
+    return tuple(items) if items is not None else None
+
+
+def keeps_key_value_cache(config: XFormerConfig) -> bool:
+    """Only ``full`` attention reuses cached keys and values; other cores recompute the prefix each step."""
+    return config.attention_type == "full" and not config.reversible
 
 
 class XFormerModel(XFormerPreTrainedModel):
@@ -283,6 +295,36 @@ class XFormerModel(XFormerPreTrainedModel):
         """
         refuse_unknown(kwargs)
         output_attentions, output_hidden_states = self._resolve_outputs(output_attentions, output_hidden_states)
+        self._check_inputs(input_ids, mems)
+        use_cache = self.config.use_cache if use_cache is None else use_cache
+        if not (causal and use_cache and keeps_key_value_cache(self.config)) or self.training:
+            cache = None  # only full attention keeps keys and values (at inference); other cores recompute the prefix
+        elif cache is None:
+            cache = DynamicCache()
+        past = cache.get_seq_length() if cache is not None else 0
+        keep = padding_keep(attention_mask, input_ids, past)
+        if position_ids is None:
+            position_ids = self._positions(attention_mask, input_ids, past)
+        hidden_states = self.embeddings(input_ids, position_ids)
+        if self.config.reversible:
+            if output_attentions or output_hidden_states:
+                raise ValueError("reversible=True blocks return no per-layer attentions or hidden states")
+            hidden_states = self._reversible(hidden_states, keep, causal)
+            new_mems = all_hidden = all_weights = None  # reversible models are stateless (checked by the config)
+        else:
+            hidden_states, new_mems, all_hidden, all_weights = self._run_layers(
+                hidden_states, keep, causal, mems, cache, output_attentions, output_hidden_states
+            )
+        return XFormerModelOutput(
+            last_hidden_state=self.norm(hidden_states),
+            mems=new_mems,
+            cache=cache,
+            hidden_states=all_hidden,
+            attentions=all_weights,
+            aux_loss=self.aux_losses(),
+        )
+
+    def _check_inputs(self, input_ids: torch.Tensor | None, mems: tuple[Any, ...] | list[Any] | None) -> None:
         if input_ids is None or input_ids.dim() != 2 or input_ids.shape[1] == 0:
             shape = None if input_ids is None else tuple(input_ids.shape)
             raise ValueError(f"input_ids must be a non-empty (batch, length) tensor, got {shape}")
@@ -290,59 +332,37 @@ class XFormerModel(XFormerPreTrainedModel):
             raise ValueError(f"mems were passed, but attention_type={self.config.attention_type!r} keeps no memory")
         if mems is not None and len(mems) != len(self.layers):
             raise ValueError(f"mems holds {len(mems)} layer memories; the model has {len(self.layers)} layers")
-        use_cache = self.config.use_cache if use_cache is None else use_cache
-        if (
-            not (causal and use_cache and self.config.attention_type == "full")
-            or self.config.reversible
-            or self.training
-        ):
-            cache = None  # only full attention keeps keys and values (at inference); other cores recompute the prefix
-        elif cache is None:
-            cache = DynamicCache()
-        past = cache.get_seq_length() if cache is not None else 0
-        keep = padding_keep(attention_mask, input_ids) if past == 0 else self._cached_keep(attention_mask, input_ids)
-        if position_ids is None:
-            position_ids = self._positions(attention_mask, input_ids, past)
-        hidden_states = self.embeddings(input_ids, position_ids)
 
+    def _run_layers(
+        self,
+        hidden_states: torch.Tensor,
+        keep: torch.Tensor | None,
+        causal: bool,
+        mems: tuple[Any, ...] | list[Any] | None,
+        cache: Cache | None,
+        output_attentions: bool,
+        output_hidden_states: bool,
+    ) -> tuple[torch.Tensor, tuple | None, tuple | None, tuple | None]:
+        """The blocks one after another: (output, new mems, hidden states, attentions); None for what is not kept."""
         all_hidden = [hidden_states] if output_hidden_states else None
         all_weights = [] if output_attentions else None
         new_mems = [] if self.stateful else None
-        if self.config.reversible:
-            if output_attentions or output_hidden_states:
-                raise ValueError("reversible=True blocks return no per-layer attentions or hidden states")
-            hidden_states = self._reversible(hidden_states, keep, causal)
-        else:
-            for i, layer in enumerate(self.layers):
-                state = mems[i] if mems is not None else None
-                hidden_states, weights, new_state = layer(hidden_states, keep, causal, state, cache, output_attentions)
-                if self.stateful:
-                    new_mems.append(new_state)
-                if output_hidden_states:
-                    all_hidden.append(hidden_states)
-                if output_attentions:
-                    all_weights.append(weights)
-        return XFormerModelOutput(
-            last_hidden_state=self.norm(hidden_states),
-            mems=tuple(new_mems) if new_mems is not None else None,
-            cache=cache,
-            hidden_states=tuple(all_hidden) if all_hidden is not None else None,
-            attentions=tuple(all_weights) if all_weights is not None else None,
-            aux_loss=self.aux_losses(),
-        )
+        for i, layer in enumerate(self.layers):
+            state = mems[i] if mems is not None else None
+            hidden_states, weights, new_state = layer(hidden_states, keep, causal, state, cache, output_attentions)
+            if self.stateful:
+                new_mems.append(new_state)
+            if output_hidden_states:
+                all_hidden.append(hidden_states)
+            if output_attentions:
+                all_weights.append(weights)
+        return hidden_states, _tuple_or_none(new_mems), _tuple_or_none(all_hidden), _tuple_or_none(all_weights)
 
     def _reversible(self, hidden_states: torch.Tensor, keep: torch.Tensor | None, causal: bool) -> torch.Tensor:
         """Reformer's reversible stack over the same blocks: (x, x) in, the mean of the two streams out."""
         blocks = [(_AttentionValues(layer.attention), layer.feed_forward) for layer in self.layers]
         # Built per call and not registered: the blocks' parameters belong to self.layers (one state-dict key each).
         return ReversibleSequence(blocks)(hidden_states, keep=keep, causal=causal)
-
-    @staticmethod
-    def _cached_keep(attention_mask: torch.Tensor | None, input_ids: torch.Tensor) -> torch.Tensor | None:
-        """With a cache, the 0/1 mask covers past and current tokens: (B, 1, 1, past + L)."""
-        if attention_mask is None or attention_mask.bool().all():
-            return None
-        return attention_mask.bool()[:, None, None, :]
 
     @staticmethod
     def _positions(attention_mask: torch.Tensor | None, input_ids: torch.Tensor, past: int) -> torch.Tensor:
@@ -456,7 +476,7 @@ class XFormerForCausalLM(XFormerPreTrainedModel, GenerationMixin):
 
     @property
     def keeps_key_value_cache(self) -> bool:
-        return self.config.attention_type == "full" and self.config.use_cache and not self.config.reversible
+        return self.config.use_cache and keeps_key_value_cache(self.config)
 
     def prepare_inputs_for_generation(self, input_ids, next_sequence_length=None, cache=None, **kwargs):
         if not self.keeps_key_value_cache:  # cores without a key/value cache see the whole prefix each step
