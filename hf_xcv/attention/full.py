@@ -49,6 +49,19 @@ def merge_masks(
     return tri if attention_mask is None else attention_mask & tri
 
 
+def masked_softmax(scores: torch.Tensor, keep: torch.Tensor | None, dim: int = -1) -> torch.Tensor:
+    """Softmax over ``dim`` where ``keep`` is False counts as absent; a row with no kept entry gives zeros.
+
+    Computed in at least float32 (float64 for float64 inputs), returned in the dtype of ``scores``.
+    """
+    if keep is not None:
+        scores = scores.masked_fill(~keep, torch.finfo(scores.dtype).min)
+    probs = torch.softmax(scores, dim=dim, dtype=torch.promote_types(scores.dtype, torch.float32)).to(scores.dtype)
+    if keep is not None:
+        probs = probs * keep.any(dim=dim, keepdim=True)
+    return probs
+
+
 def dense_attention(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -64,13 +77,8 @@ def dense_attention(
     """
     scaling = q.shape[-1] ** -0.5 if scaling is None else scaling
     scores = torch.matmul(q, k.transpose(-1, -2)) * scaling  # (B, H, Lq, Lk)
-    if keep is not None:
-        scores = scores.masked_fill(~keep, torch.finfo(scores.dtype).min)
-    # Softmax in at least float32 (half precision overflows), in float64 for float64 inputs.
-    probs = torch.softmax(scores, dim=-1, dtype=torch.promote_types(scores.dtype, torch.float32)).to(q.dtype)
-    if keep is not None:
-        # A row with no key to attend would otherwise be uniform over masked keys.
-        probs = probs * keep.any(dim=-1, keepdim=True)
+    # At least float32 (half precision overflows); a row with no key to attend gives zeros, not a uniform row.
+    probs = masked_softmax(scores, keep)
     probs = nn.functional.dropout(probs, p=dropout, training=training)
     return torch.matmul(probs, v), probs
 

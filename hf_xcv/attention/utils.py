@@ -8,7 +8,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from .full import check_keep_mask
+from .full import check_keep_mask, masked_softmax  # noqa: F401  (masked_softmax: shared with the cores)
 
 
 def key_padding_mask(attention_mask: torch.Tensor | None, batch: int, kv_len: int, entry: str) -> torch.Tensor | None:
@@ -39,19 +39,6 @@ def pad_to_multiple(x: torch.Tensor, multiple: int, dim: int = 2, value: float =
         return x, 0
     pad = [0, 0] * (x.dim() - 1 - dim % x.dim()) + [0, extra]
     return F.pad(x, pad, value=value), extra
-
-
-def masked_softmax(scores: torch.Tensor, keep: torch.Tensor | None, dim: int = -1) -> torch.Tensor:
-    """Softmax over ``dim`` where ``keep`` is False counts as absent; a row with no kept entry gives zeros.
-
-    Computed in at least float32 (float64 for float64 inputs), returned in the dtype of ``scores``.
-    """
-    if keep is not None:
-        scores = scores.masked_fill(~keep, torch.finfo(scores.dtype).min)
-    probs = torch.softmax(scores, dim=dim, dtype=torch.promote_types(scores.dtype, torch.float32)).to(scores.dtype)
-    if keep is not None:
-        probs = probs * keep.any(dim=dim, keepdim=True)
-    return probs
 
 
 def seeded_generator(seed: int | None, device: torch.device | str = "cpu") -> torch.Generator | None:
