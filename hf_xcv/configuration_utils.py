@@ -14,7 +14,7 @@ from typing import Any
 from transformers import PretrainedConfig
 from transformers.activations import ACT2FN
 
-from .attention import available_attention_types, check_capabilities, validate_attention_kwargs
+from .attention import available_attention_types, capability_problems, check_capabilities, validate_attention_kwargs
 
 
 def check_int(name: str, value: Any, minimum: int = 1) -> None:
@@ -77,7 +77,16 @@ def check_attention(attention_type: Any, attention_kwargs: Any, attention_dropou
         raise ValueError(f"attention_kwargs must be a dict, got {type(attention_kwargs).__name__}")
     validate_attention_kwargs(attention_type, attention_kwargs)
     if attention_dropout:
-        check_capabilities(attention_type, attention_dropout=True)
+        check_capabilities(attention_type, attention_dropout=attention_dropout)
+
+
+def check_attention_serves(attention_type: str, requests: Mapping[str, Any], role: str) -> None:
+    """One ValueError naming every request of a model (``requests``: keywords of
+    :func:`hf_xcv.attention.capability_problems`) that ``attention_type`` cannot serve; ``role`` names the model
+    in the message ("a ViT encoder")."""
+    problems = capability_problems(attention_type, **requests)
+    if problems:
+        raise ValueError(f"attention_type={attention_type!r} cannot serve {role}: " + "; ".join(problems))
 
 
 class XcvConfig(PretrainedConfig):

@@ -32,9 +32,9 @@ def small(name: str, **overrides) -> dict:
     return {**get_attention_class(name).small_kwargs, **overrides}
 
 
-def reference(q, k, v, keep=None):
-    """Plain softmax attention with a boolean keep mask (fully masked rows give zeros)."""
-    return dense_attention(q, k, v, keep)[0]
+def reference(q, k, v, keep=None, bias=None):
+    """Plain softmax attention with a boolean keep mask and an additive bias (fully masked rows give zeros)."""
+    return dense_attention(q, k, v, keep, bias=bias)[0]
 
 
 def max_diff(a: torch.Tensor, b: torch.Tensor) -> float:

@@ -139,7 +139,7 @@ def limited_entry():
             super().__init__(num_heads, head_dim)
             self.block = block
 
-        def forward(self, q, k, v, attention_mask=None, causal=False, grid=None, state=None, **kwargs):
+        def attend(self, q, k, v, call):
             return AttentionOutput(v)
 
     yield Limited
@@ -189,3 +189,105 @@ def test_multi_head_attention_layer_cross_attention_shapes():
     assert weights.shape == (2, 4, 3, 7)
     with pytest.raises(ValueError, match="not divisible"):
         MultiHeadAttention(10, 4)
+
+
+@pytest.mark.parametrize("implementation", ["eager", "sdpa"])
+@pytest.mark.parametrize("case", ["plain", "padding+causal", "cross", "empty row"])
+def test_full_adds_the_bias_with_the_masks_on_every_dense_backend(implementation, case):
+    q_len, kv_len = (4, 7) if case == "cross" else (6, 6)
+    q, k, v = qkv(q_len=q_len, kv_len=kv_len)
+    bias = torch.randn(1, 3, q_len, kv_len, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    bias.requires_grad_()
+    keep = None
+    if case != "plain" and case != "cross":
+        keep = torch.ones(2, 1, 1, kv_len, dtype=torch.bool)
+        keep[0, ..., -2:] = False
+        if case == "empty row":
+            keep[1] = False
+    causal = "causal" in case
+    out = build_attention("full", num_heads=3, head_dim=8)(
+        q, k, v, attention_mask=keep, causal=causal, attention_bias=bias, module=_Owner(implementation)
+    ).values
+    full_keep = keep
+    if causal:
+        full_keep = keep & torch.ones(q_len, kv_len, dtype=torch.bool).tril()
+    scores = (q @ k.transpose(-1, -2) / math.sqrt(8) + bias).masked_fill(
+        ~full_keep if full_keep is not None else torch.zeros((), dtype=torch.bool), float("-inf")
+    )
+    expected = torch.nan_to_num(torch.softmax(scores, dim=-1), nan=0.0) @ v
+    torch.testing.assert_close(out, expected, atol=1e-10, rtol=1e-10)
+    (grad,) = torch.autograd.grad(out.sum(), bias)
+    (expected_grad,) = torch.autograd.grad(expected.sum(), bias)
+    torch.testing.assert_close(grad, expected_grad, atol=1e-10, rtol=1e-10)
+
+
+def test_flex_attention_takes_a_bias_at_inference_and_refuses_to_differentiate_it():
+    q, k, v = (t.float() for t in qkv())
+    bias = torch.randn(1, 3, 5, 5)
+    core = build_attention("full", num_heads=3, head_dim=8)
+    with torch.no_grad():
+        out = core(q, k, v, attention_bias=bias, module=_Owner("flex_attention")).values
+        expected = core(q, k, v, attention_bias=bias, module=_Owner("eager")).values
+    torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
+    with pytest.raises(ValueError, match="cannot differentiate an attention bias"):
+        core(q, k, v, attention_bias=bias.requires_grad_(), module=_Owner("flex_attention"))
+
+
+def test_flash_attention_refuses_a_bias_by_name():
+    q, k, v = qkv()
+    core = build_attention("full", num_heads=3, head_dim=8)
+    with pytest.raises(ValueError, match="attn_implementation='flash_attention_2' takes no attention bias"):
+        core(q, k, v, attention_bias=torch.zeros(5, 5, dtype=q.dtype), module=_Owner("flash_attention_2"))
+
+
+def test_every_problem_of_a_call_is_listed_in_one_error(limited_entry):
+    core = build_attention("limited-for-test", num_heads=2, head_dim=4)
+    q = torch.randn(1, 2, 4, 4)
+    with pytest.raises(ValueError) as info:
+        core(
+            q,
+            q,
+            q,
+            torch.ones(1, 1, 1, 4, dtype=torch.bool),
+            True,
+            None,
+            torch.zeros(1),
+            torch.zeros(4, 4),
+            cross_attention=True,
+            output_weights=True,
+            prefix_tokens=-1,
+        )
+    message = str(info.value)
+    for reason in (
+        "causal",
+        "cross-attention",
+        "returning attention weights",
+        "memory carried",
+        "2-D token grid",
+        "prefix_tokens must be >= 0",
+        "padding mask",
+        "additive attention bias",
+    ):
+        assert reason in message, reason
+    with pytest.raises(ValueError, match="do not fit together"):
+        core(q, q[:, :1], q, grid=(2, 2))
+
+
+def test_validation_traces_into_one_graph_under_torch_compile_and_export():
+    """The base class's checks read shapes and flags only: no graph break, no data-dependent guard."""
+    layer = MultiHeadAttention(16, 2).eval()
+    x = torch.randn(2, 6, 16)
+    keep = torch.ones(2, 1, 1, 6, dtype=torch.bool)
+    keep[1, ..., 4:] = False
+    bias = torch.randn(2, 6, 6)
+    kwargs = {"attention_mask": keep, "attention_bias": bias, "causal": True}
+    with torch.no_grad():
+        expected = layer(x, **kwargs)[0]
+        compiled = torch.compile(
+            lambda *a: layer(a[0], attention_mask=a[1], attention_bias=a[2], causal=True)[0],
+            fullgraph=True,
+            backend="eager",
+        )
+        torch.testing.assert_close(compiled(x, keep, bias), expected)
+    exported = torch.export.export(layer, (x,), kwargs=kwargs)
+    torch.testing.assert_close(exported.module()(x, **kwargs)[0], expected)

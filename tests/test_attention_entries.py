@@ -65,13 +65,13 @@ def make(name: str, dtype=torch.float64, seed: int = 0, **kwargs):
     return build_attention(name, 2, 8, **kwargs).to(dtype).eval()
 
 
-def call(core, q, k, v, name: str, keep=None, causal=False, prefix: int | None = None):
+def call(core, q, k, v, name: str, keep=None, causal=False, prefix: int | None = None, bias=None):
     _, grid, default_prefix = layout(name)
     prefix = default_prefix if prefix is None else prefix
     if causal and grid is not None:
         prefix = 0
         grid = (4, 4)
-    return core(q, k, v, attention_mask=keep, causal=causal, grid=grid, prefix_tokens=prefix)
+    return core(q, k, v, attention_mask=keep, causal=causal, grid=grid, prefix_tokens=prefix, attention_bias=bias)
 
 
 def inputs(name: str, causal: bool, dtype=torch.float64, seed=0):
@@ -230,3 +230,151 @@ def test_float32_forward_backward_is_finite(case):
 def test_unknown_settings_are_refused_by_name(name):
     with pytest.raises(ValueError, match="not_a_setting"):
         build_attention(name, 2, 8, not_a_setting=1)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# additive attention bias
+# ---------------------------------------------------------------------------------------------------------
+
+BIAS_CASES = [c for c in CASES if get_attention_class(c[0]).capabilities.attention_bias]
+# Every shape a bias may have: per batch row and head, shared by the batch, shared by the heads, one per key
+# (ALiBi-like), and a bare (q_len, kv_len) table.
+BIAS_SHAPES = {
+    "BHQK": (2, 2, -1, -1),
+    "1HQK": (1, 2, -1, -1),
+    "B1QK": (2, 1, -1, -1),
+    "BH1K": (2, 2, 1, -1),
+    "QK": (-1, -1),
+}
+
+
+def random_bias(shape: tuple[int, ...], length: int, seed: int = 7) -> torch.Tensor:
+    sizes = [length if size == -1 else size for size in shape]
+    return torch.randn(*sizes, generator=torch.Generator().manual_seed(seed), dtype=torch.float64) * 2
+
+
+def bias_settings(name: str, length: int, grid) -> list[tuple[str, dict]]:
+    """The settings under which an entry is dense softmax attention: its exact setting and, for pattern-based
+    entries, its small (sparse) setting with its dense mask."""
+    cls = get_attention_class(name)
+    settings = []
+    if cls.exact_kwargs(length, grid) is not None:
+        settings.append(("exact", cls.exact_kwargs(length, grid)))
+    if name not in NOT_PATTERN_BASED:
+        settings.append(("pattern", dict(cls.small_kwargs)))
+    return settings
+
+
+def test_every_entry_that_takes_a_bias_can_be_checked_against_dense_attention():
+    assert {"full", "local", "local_2d", "sparse_strided", "longformer", "bigbird", "lsh"} <= {c[0] for c in BIAS_CASES}
+    for name in {c[0] for c in BIAS_CASES}:
+        length, grid, _ = layout(name)
+        assert bias_settings(name, length, grid), name
+
+
+def biased_case(name: str, causal: bool, setting: str, kwargs: dict, shape) -> tuple:
+    """(output, expected, real query rows) of an entry with a bias against dense attention with that bias."""
+    q, k, v = inputs(name, causal)
+    length = q.shape[2]
+    core = make(name, **kwargs)
+    core.make_exact_() if setting == "exact" else None
+    keep = padding_for(name, length)
+    bias = random_bias(shape, length)
+    _, grid, prefix = layout(name)
+    if causal and grid is not None:
+        prefix, grid = 0, (4, 4)
+    pattern = None if setting == "exact" else core.dense_mask(q, k, causal=causal, grid=grid, prefix_tokens=prefix)
+    full_keep = combined(keep, causal, length)
+    if pattern is not None:
+        full_keep = pattern if full_keep is None else pattern & full_keep
+    out = call(core, q, k, v, name, keep, causal, bias=bias).values
+    return out, reference(q, k, v, full_keep, bias=bias), length - 5 if keep is not None else length
+
+
+@pytest.mark.parametrize("shape", list(BIAS_SHAPES), ids=list(BIAS_SHAPES))
+@pytest.mark.parametrize("case", BIAS_CASES, ids=case_id)
+def test_an_attention_bias_gives_dense_softmax_attention_with_that_bias(case, shape):
+    name, causal = case
+    length, grid, _ = layout(name)
+    for setting, kwargs in bias_settings(name, length, grid):
+        out, expected, real = biased_case(name, causal, setting, kwargs, BIAS_SHAPES[shape])
+        assert max_diff(out[0], expected[0]) < TOL64, setting
+        assert max_diff(out[1, :, :real], expected[1, :, :real]) < TOL64, setting
+
+
+@pytest.mark.parametrize("case", BIAS_CASES, ids=case_id)
+def test_the_bias_gets_the_gradient_of_dense_attention_and_empty_rows_stay_zero(case):
+    name, causal = case
+    q, k, v = inputs(name, causal)
+    length = q.shape[2]
+    _, grid, prefix = layout(name)
+    setting, kwargs = bias_settings(name, length, grid)[0]
+    core = make(name, **kwargs)
+    core.make_exact_() if setting == "exact" else None
+    keep = padding_for(name, length)
+    keep[1] = False  # a batch row with nothing to attend
+    bias = random_bias((2, 2, -1, -1), length).requires_grad_()
+    out = call(core, q, k, v, name, keep, causal, bias=bias).values
+    assert torch.isfinite(out).all() and out[1].abs().max().item() == 0.0
+    if causal and grid is not None:
+        prefix, grid = 0, (4, 4)
+    pattern = None if setting == "exact" else core.dense_mask(q, k, causal=causal, grid=grid, prefix_tokens=prefix)
+    full_keep = combined(keep, causal, length)
+    full_keep = full_keep if pattern is None else pattern & full_keep
+    weights = torch.randn(out.shape, generator=torch.Generator().manual_seed(3), dtype=out.dtype)
+    (grad,) = torch.autograd.grad((out * weights).sum(), bias)
+    expected = reference(q, k, v, full_keep, bias=bias)
+    (expected_grad,) = torch.autograd.grad((expected * weights).sum(), bias)
+    assert max_diff(grad, expected_grad) < TOL64
+    assert torch.isfinite(grad).all() and grad[1].abs().max().item() == 0.0
+
+
+@pytest.mark.parametrize("name", [n for n in ENTRIES if not get_attention_class(n).capabilities.attention_bias])
+def test_entries_without_bias_support_refuse_a_bias_by_name(name):
+    causal = get_attention_class(name).capabilities.requires_causal
+    q, k, v = inputs(name, causal)
+    bias = torch.zeros(q.shape[2], k.shape[2], dtype=q.dtype)
+    core = make(name, **get_attention_class(name).small_kwargs)
+    with pytest.raises(ValueError, match=f"attention_type={name!r} cannot be used here: .*additive attention bias"):
+        call(core, q, k, v, name, causal=causal, bias=bias)
+
+
+def test_a_bias_of_the_wrong_shape_or_type_is_refused_with_every_reason():
+    q, k, v = inputs("full", False)
+    core = make("full")
+    with pytest.raises(ValueError, match=r"attention_bias of shape \(1, 3, 16, 16\) does not broadcast"):
+        core(q, k, v, attention_bias=torch.zeros(1, 3, 16, 16, dtype=q.dtype))
+    with pytest.raises(ValueError, match="attention_bias must be a float tensor"):
+        core(q, k, v, attention_bias=torch.zeros(16, 16, dtype=torch.long))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# compile
+# ---------------------------------------------------------------------------------------------------------
+
+# Entries that draw per-call randomness from a torch.Generator (BigBird's random blocks, LSH's rotations):
+# Dynamo cannot create one inside a graph, so they run compiled with graph breaks, not with fullgraph=True.
+DRAWS_A_GENERATOR = {"bigbird", "lsh"}
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c[0] not in DRAWS_A_GENERATOR], ids=case_id)
+def test_every_entry_compiles_into_one_graph_with_its_masks_and_bias(case):
+    """Validation and attention read shapes and flags, never tensor values: torch.compile(fullgraph=True)
+    traces the whole call, padding mask and bias included where the entry takes them."""
+    import torch._dynamo
+
+    name, causal = case
+    caps = get_attention_class(name).capabilities
+    q, k, v = inputs(name, causal, dtype=torch.float32)
+    length = q.shape[2]
+    core = make(name, dtype=torch.float32, **get_attention_class(name).small_kwargs)
+    keep = padding_for(name, length)
+    bias = torch.randn(2, 2, length, length) if caps.attention_bias else None
+
+    def run(q, k, v, keep, bias):
+        return call(core, q, k, v, name, keep, causal, bias=bias).values
+
+    torch._dynamo.reset()
+    with torch.no_grad():
+        compiled = torch.compile(run, fullgraph=True, backend="eager")
+        torch.testing.assert_close(compiled(q, k, v, keep, bias), run(q, k, v, keep, bias))

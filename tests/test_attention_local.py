@@ -335,7 +335,7 @@ def test_no_length_squared_tensor_is_built(name, kwargs, call, causal):
 def test_dropout_applies_to_the_probabilities_and_bfloat16_runs(name, kwargs, call):
     length = 1025 if call else 1024
     q, k, v = qkv(batch=1, heads=1, q_len=length, dim=4, dtype=torch.float32)
-    core = build(name, heads=1, dim=4, dtype=torch.float32, **kwargs)
+    core = build(name, heads=1, dim=4, dtype=torch.float32, **kwargs).train()  # dropout acts in training mode
     assert core(q, k, v, dropout=1.0, **call).values.abs().max().item() == 0.0  # every probability dropped
     assert core(q, k, v, dropout=0.0, **call).values.abs().max().item() > 0.0
     low = core.to(torch.bfloat16)(*(t.to(torch.bfloat16) for t in (q, k, v)), causal=True, **call)

@@ -14,7 +14,7 @@ import torch
 from attention_testing import TOL64, build, max_diff, padding_keep, qkv, reference
 
 from hf_xcv.attention import MultiHeadAttention, causal_keep_mask
-from hf_xcv.attention.recurrent import CompressiveMemory, SegmentMemory, relative_shift
+from hf_xcv.attention._segments import CompressiveMemory, SegmentMemory, relative_shift
 
 HEADS, DIM = 2, 4
 
@@ -429,7 +429,7 @@ def test_bfloat16_segments_run_and_stay_close_to_float32(name):
 
 def test_dropout_on_the_probabilities():
     q, k, v = qkv(heads=HEADS, q_len=8, dim=DIM)
-    core = build("xl", HEADS, DIM, mem_len=4)
+    core = build("xl", HEADS, DIM, mem_len=4).train()  # dropout acts in training mode
     plain = core(q, k, v, causal=True).values
     torch.manual_seed(0)
     dropped = core(q, k, v, causal=True, dropout=0.5).values

@@ -21,7 +21,7 @@ from transformers.models.big_bird.modeling_big_bird import BigBirdBlockSparseAtt
 from transformers.models.longformer.modeling_longformer import LongformerSelfAttention
 
 from hf_xcv.attention import MultiHeadAttention, build_attention, dense_attention
-from hf_xcv.attention.sparse import pattern_counts
+from hf_xcv.attention._patterns import pattern_counts
 
 ENTRIES = ["sparse_strided", "sparse_fixed", "longformer", "etc", "bigbird"]
 CAUSAL = {"sparse_strided", "sparse_fixed", "longformer"}

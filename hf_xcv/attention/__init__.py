@@ -1,28 +1,36 @@
-"""The attention registry: ``full`` plus the efficient "X-former" attentions, one call signature for all."""
+"""The attention registry: ``full`` plus the efficient "X-former" attentions, one call signature for all.
+
+Each public module registers the entries it is named after; the private ones (``_masks``, ``_blocks``,
+``_patterns``, ``_kernels``, ``_segments``, ``_settings``, ``_tensors``) hold what several entries share.
+"""
 
 # Importing an entry's module registers it.
 from . import (  # noqa: F401
     axial,
     bigbird,
+    compressive,
     etc,
     full,
     isab,
-    kernel,
+    linear,
     linformer,
     local,
     longformer,
     lsh,
     memory_compressed,
-    recurrent,
+    performer,
     routing,
     sinkhorn,
-    sparse,
+    sparse_transformer,
     synthesizer,
+    xl,
 )
-from .full import FullAttention, causal_keep_mask, dense_attention
+from ._masks import causal_keep_mask, dense_attention
+from .full import FullAttention
 from .isab import PoolingByMultiheadAttention
 from .layer import MultiHeadAttention
 from .registry import (
+    AttentionCall,
     AttentionCore,
     AttentionOutput,
     Capabilities,
@@ -38,6 +46,7 @@ from .registry import (
 )
 
 __all__ = [
+    "AttentionCall",
     "AttentionCore",
     "AttentionOutput",
     "Capabilities",

@@ -29,11 +29,9 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from torch import nn
 
-from .local import BlockLayout, attend_layout, check_call, grid_problems, prefix_pattern
-from .registry import AttentionCore, AttentionOutput, Capabilities, register_attention
-from .utils import key_padding_mask
+from ._blocks import BlockLayout, attend_layout, grid_problems, prefix_pattern
+from .registry import AttentionCall, AttentionCore, AttentionOutput, Capabilities, register_attention
 
 _PASSES = {"row_column": ("row", "column"), "row": ("row",), "column": ("column",)}
 
@@ -87,41 +85,13 @@ class AxialAttention(AttentionCore):
     def length_problems(self, q_len: int, kv_len: int, grid=None, prefix_tokens: int = 0) -> list[str]:
         return grid_problems(self.name, q_len, kv_len, grid, prefix_tokens)
 
-    def forward(
-        self,
-        q: torch.Tensor,
-        k: torch.Tensor,
-        v: torch.Tensor,
-        attention_mask: torch.Tensor | None = None,
-        causal: bool = False,
-        grid: tuple[int, int] | None = None,
-        state: Any = None,
-        *,
-        dropout: float = 0.0,
-        scaling: float | None = None,
-        output_weights: bool = False,
-        module: nn.Module | None = None,
-        prefix_tokens: int = 0,
-    ) -> AttentionOutput:
-        check_call(self.name, self, q, k, grid, prefix_tokens)
-        key_keep = key_padding_mask(attention_mask, q.shape[0], k.shape[2], self.name)  # (B, Lk) or None
-        scaling = q.shape[-1] ** -0.5 if scaling is None else scaling
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, call: AttentionCall) -> AttentionOutput:
         values, weights = v, None
         for axis in _PASSES[self.passes]:
-            layout = axis_layout(grid, prefix_tokens, axis, causal, q.device)
-            values, pass_weights = attend_layout(
-                q,
-                k,
-                values,  # the column pass attends over the row pass's outputs
-                layout,
-                key_keep=key_keep,
-                prefix_tokens=prefix_tokens,
-                causal=causal,
-                scaling=scaling,
-                dropout=dropout,
-                output_weights=output_weights,
-            )
-            if output_weights:  # output = A_col (A_row v): the weights compose as A_col A_row
+            layout = axis_layout(call.grid, call.prefix_tokens, axis, call.causal, q.device)
+            # the column pass attends over the row pass's outputs
+            values, pass_weights = attend_layout(q, k, values, layout, call)
+            if call.output_weights:  # output = A_col (A_row v): the weights compose as A_col A_row
                 weights = pass_weights if weights is None else torch.matmul(pass_weights, weights)
         return AttentionOutput(values, weights)
 

@@ -31,19 +31,19 @@ from typing import Any
 
 import torch
 
-from .registry import Capabilities, register_attention
-from .sparse import (
+from ._patterns import (
     KeySet,
     SparsePattern,
     SparsePatternAttention,
     block_positions,
-    check_int,
     make_pattern,
     neighbour_positions,
     positions_after_prefix,
     shift_body,
     with_prefix,
 )
+from ._settings import check_int
+from .registry import Capabilities, register_attention
 
 
 @register_attention
@@ -63,6 +63,7 @@ class BigBirdAttention(SparsePatternAttention):
     capabilities = Capabilities(
         padding_mask=True,
         returns_weights=True,
+        attention_bias=True,
         length_constraint="self-attention (kv_len == q_len); any length, padded internally to a multiple of block_size",
     )
     small_kwargs = {"block_size": 2, "num_random_blocks": 1}
@@ -100,16 +101,16 @@ class BigBirdAttention(SparsePatternAttention):
         return blocks.to(device), (values >= 0).to(device)
 
     def global_positions(self, length: int, prefix_tokens: int, device) -> torch.Tensor:
-        """(L,) bool: the prefix tokens and the first and last block after them."""
-        body_position = torch.arange(length, device=device) - prefix_tokens
-        last_block = -(-(length - prefix_tokens) // self.block_size) - 1
-        block = torch.div(body_position, self.block_size, rounding_mode="floor")
-        return (body_position < 0) | (block == 0) | (block == last_block)
+        """(R,) sorted positions of the prefix tokens and of the first and last block after them."""
+        body, block = length - prefix_tokens, self.block_size
+        first_end = prefix_tokens + min(block, body)  # the prefix and the first block
+        last_start = prefix_tokens + max((-(-body // block) - 1) * block, min(block, body))  # the last block
+        return torch.cat([torch.arange(first_end, device=device), torch.arange(last_start, length, device=device)])
 
     def pattern(self, length: int, causal: bool, prefix_tokens: int, device) -> SparsePattern:
         body, block = length - prefix_tokens, self.block_size
         blocks = -(-body // block)
-        is_global = self.global_positions(length, prefix_tokens, device)
+        global_positions = self.global_positions(length, prefix_tokens, device)
         queries = block_positions(blocks, block, device)  # (N, b)
         window = neighbour_positions(blocks, block, 1, 1, device)  # (N, 3b)
         picks, valid = self.random_blocks(blocks, device)  # (H, N, r)
@@ -120,7 +121,7 @@ class BigBirdAttention(SparsePatternAttention):
             KeySet(shift_body(window, body, prefix_tokens), anything),
             KeySet(shift_body(random, body, prefix_tokens), anything[None]),  # per head
         ]
-        return make_pattern(queries + prefix_tokens, key_sets, is_global, False)
+        return make_pattern(queries + prefix_tokens, key_sets, global_positions, length, False)
 
     def dense_mask(self, q, k, causal=False, grid=None, prefix_tokens=0) -> torch.Tensor:
         if causal:

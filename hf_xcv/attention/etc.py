@@ -13,8 +13,8 @@ a [CLS] or one summary token per segment placed in front), the long input is the
 * long query i: every global key (l2g) and the long keys j with |i - j| <= r (l2l).
 
 With no global token at all (prefix 0 and ``num_global_tokens`` 0) ETC is plain local attention of
-radius r. The block-wise computation is the one of ``longformer`` (a window of one-sided width r, no
-dilation): O(G L + L r) scores, no (L x L) tensor.
+radius r. The block-wise computation is the one of ``longformer`` (``_patterns.window_pattern``: a window of
+one-sided width r, no dilation): O(G L + L r) scores, no (L x L) tensor.
 
 Not implemented: relative position labels (the layer's model keeps its absolute positions), masks that
 restrict g2l / l2g to a segment ("structured inputs") and the CPC pre-training objective. ETC is not
@@ -27,9 +27,9 @@ from typing import Any
 
 import torch
 
-from .longformer import window_mask, window_pattern
+from ._patterns import SparsePattern, SparsePatternAttention, window_mask, window_pattern
+from ._settings import check_int
 from .registry import Capabilities, register_attention
-from .sparse import SparsePattern, SparsePatternAttention, check_int
 
 
 @register_attention
@@ -48,6 +48,7 @@ class ETCAttention(SparsePatternAttention):
     capabilities = Capabilities(
         padding_mask=True,
         returns_weights=True,
+        attention_bias=True,
         length_constraint="self-attention (kv_len == q_len); any length (the global input is the first "
         "prefix_tokens + num_global_tokens tokens)",
     )

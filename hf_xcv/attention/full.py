@@ -4,6 +4,11 @@ The backend follows ``config._attn_implementation`` of the owning layer (``sdpa`
 ``eager``, ``flash_attention_*``, ``flex_attention`` where installed), so ``attn_implementation=`` and
 ``model.set_attn_implementation(...)`` keep working. ``eager`` is this module's own implementation and is
 also the dense reference the other registry entries are tested against.
+
+An additive ``attention_bias`` goes to ``eager`` as a term of the logits, to ``sdpa`` inside its float mask
+(the boolean mask folded in as -inf, which sdpa turns into zeros for a row with nothing to attend), and to
+``flex_attention`` as its position bias (at inference: torch's flex kernel cannot differentiate it, so a bias
+that needs a gradient is refused there); the flash kernels take none and refuse it.
 """
 
 from __future__ import annotations
@@ -14,73 +19,13 @@ import torch
 from torch import nn
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
-from .registry import AttentionCore, AttentionOutput, Capabilities, register_attention
+from ._masks import dense_attention, merge_masks
+from .registry import AttentionCall, AttentionCore, AttentionOutput, Capabilities, register_attention
 
 # Backends that take a dense (batch, heads, q_len, kv_len) mask.
 _DENSE_MASK_BACKENDS = ("eager", "sdpa")
-
-
-def causal_keep_mask(q_len: int, kv_len: int, device: torch.device | None = None) -> torch.Tensor:
-    """(q_len, kv_len) boolean mask, True where query i may see key j; queries align with the *last* keys.
-
-    With kv_len > q_len (keys include earlier context), query i sits at absolute position
-    ``kv_len - q_len + i``.
-    """
-    offset = kv_len - q_len
-    rows = torch.arange(q_len, device=device)[:, None] + offset
-    return torch.arange(kv_len, device=device)[None, :] <= rows
-
-
-def check_keep_mask(attention_mask: torch.Tensor | None) -> None:
-    if attention_mask is not None and attention_mask.dtype != torch.bool:
-        raise ValueError(
-            f"attention_mask must be a boolean keep mask (True = attend), got dtype {attention_mask.dtype}"
-        )
-
-
-def merge_masks(
-    attention_mask: torch.Tensor | None, causal: bool, q_len: int, kv_len: int, device
-) -> torch.Tensor | None:
-    """Combine a boolean keep mask with the causal pattern; None when nothing is masked."""
-    check_keep_mask(attention_mask)
-    if not causal:
-        return attention_mask
-    tri = causal_keep_mask(q_len, kv_len, device)
-    return tri if attention_mask is None else attention_mask & tri
-
-
-def masked_softmax(scores: torch.Tensor, keep: torch.Tensor | None, dim: int = -1) -> torch.Tensor:
-    """Softmax over ``dim`` where ``keep`` is False counts as absent; a row with no kept entry gives zeros.
-
-    Computed in at least float32 (float64 for float64 inputs), returned in the dtype of ``scores``.
-    """
-    if keep is not None:
-        scores = scores.masked_fill(~keep, torch.finfo(scores.dtype).min)
-    probs = torch.softmax(scores, dim=dim, dtype=torch.promote_types(scores.dtype, torch.float32)).to(scores.dtype)
-    if keep is not None:
-        probs = probs * keep.any(dim=dim, keepdim=True)
-    return probs
-
-
-def dense_attention(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    keep: torch.Tensor | None = None,
-    scaling: float | None = None,
-    dropout: float = 0.0,
-    training: bool = False,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """softmax(q k^T * scaling + mask) v on (B, H, L, D) tensors; fully masked query rows give zeros.
-
-    Returns the values (B, H, Lq, D) and the probabilities (B, H, Lq, Lk).
-    """
-    scaling = q.shape[-1] ** -0.5 if scaling is None else scaling
-    scores = torch.matmul(q, k.transpose(-1, -2)) * scaling  # (B, H, Lq, Lk)
-    # At least float32 (half precision overflows); a row with no key to attend gives zeros, not a uniform row.
-    probs = masked_softmax(scores, keep)
-    probs = nn.functional.dropout(probs, p=dropout, training=training)
-    return torch.matmul(probs, v), probs
+# Backends that take an additive bias.
+_BIAS_BACKENDS = ("eager", "sdpa", "flex_attention")
 
 
 def eager_attention_forward(
@@ -92,12 +37,21 @@ def eager_attention_forward(
     scaling: float | None = None,
     dropout: float = 0.0,
     is_causal: bool | None = None,
+    attention_bias: torch.Tensor | None = None,
     **kwargs: Any,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """transformers' attention-interface signature; output transposed to (B, Lq, H, D) like the others."""
     keep = merge_masks(attention_mask, bool(is_causal), query.shape[2], key.shape[2], query.device)
-    values, probs = dense_attention(query, key, value, keep, scaling, dropout, training=module.training)
+    values, probs = dense_attention(
+        query, key, value, keep, scaling, dropout, training=module.training, bias=attention_bias
+    )
     return values.transpose(1, 2), probs
+
+
+def _sdpa_float_mask(keep: torch.Tensor | None, bias: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """The bias with masked keys at -inf: the float mask sdpa adds to its logits."""
+    bias = bias.to(dtype)
+    return bias if keep is None else torch.where(keep, bias, torch.tensor(float("-inf"), dtype=dtype))
 
 
 @register_attention
@@ -105,7 +59,14 @@ class FullAttention(AttentionCore):
     """Exact softmax attention over every key, through transformers' attention interface."""
 
     name = "full"
-    capabilities = Capabilities(padding_mask=True, causal=True, cross_attention=True, returns_weights=True)
+    capabilities = Capabilities(
+        padding_mask=True,
+        arbitrary_mask=True,
+        causal=True,
+        cross_attention=True,
+        returns_weights=True,
+        attention_bias=True,
+    )
 
     def __init__(self, num_heads: int, head_dim: int):
         super().__init__(num_heads, head_dim)
@@ -115,43 +76,46 @@ class FullAttention(AttentionCore):
     def exact_kwargs(cls, length: int, grid: tuple[int, int] | None = None) -> dict[str, Any]:
         return {}
 
-    def forward(
-        self,
-        q: torch.Tensor,
-        k: torch.Tensor,
-        v: torch.Tensor,
-        attention_mask: torch.Tensor | None = None,
-        causal: bool = False,
-        grid: tuple[int, int] | None = None,
-        state: Any = None,
-        *,
-        dropout: float = 0.0,
-        scaling: float | None = None,
-        output_weights: bool = False,
-        module: nn.Module | None = None,
-        prefix_tokens: int = 0,
-    ) -> AttentionOutput:
-        """``module`` is the owning attention layer: its ``config._attn_implementation`` picks the backend."""
-        check_keep_mask(attention_mask)
-        module = self if module is None else module
-        config = getattr(module, "config", None)
-        implementation = getattr(config, "_attn_implementation", None) or "sdpa"
-        if output_weights:
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, call: AttentionCall) -> AttentionOutput:
+        """``call.module`` is the owning attention layer: its ``config._attn_implementation`` picks the backend."""
+        module, mask, causal, bias = call.module, call.mask, call.causal, call.bias
+        implementation = getattr(getattr(module, "config", None), "_attn_implementation", None) or "sdpa"
+        if call.output_weights:
             implementation = "eager"  # only eager materialises the probabilities
-        if attention_mask is not None and implementation not in _DENSE_MASK_BACKENDS:
+        if mask is not None and implementation not in _DENSE_MASK_BACKENDS:
             raise ValueError(
                 f"attn_implementation={implementation!r} takes no dense attention mask here; use 'sdpa' or 'eager'"
             )
+        if bias is not None and implementation not in _BIAS_BACKENDS:
+            raise ValueError(
+                f"attn_implementation={implementation!r} takes no attention bias; use one of {list(_BIAS_BACKENDS)}"
+            )
         if causal and q.shape[2] == 1:
             causal = False  # one query aligned with the last key sees every key: no mask (the decoding step)
+        extra = {}
         if implementation == "eager":
             backend = eager_attention_forward
+            extra["attention_bias"] = bias
         else:
             backend = ALL_ATTENTION_FUNCTIONS.get_interface(implementation, eager_attention_forward)
-            if implementation == "sdpa" and causal and (attention_mask is not None or q.shape[2] != k.shape[2]):
+            if (
+                implementation == "sdpa"
+                and causal
+                and (mask is not None or bias is not None or q.shape[2] != k.shape[2])
+            ):
                 # sdpa's own causal flag aligns queries with the first keys; spell the mask out instead.
-                attention_mask = merge_masks(attention_mask, True, q.shape[2], k.shape[2], q.device)
-                causal = False
-        values, weights = backend(module, q, k, v, attention_mask, scaling=scaling, dropout=dropout, is_causal=causal)
+                mask, causal = merge_masks(mask, True, q.shape[2], k.shape[2], q.device), False
+            if implementation == "sdpa" and bias is not None:
+                mask = _sdpa_float_mask(mask, bias, q.dtype)
+            elif bias is not None:  # flex_attention reads its bias at [batch, head, query, key]
+                if bias.requires_grad and torch.is_grad_enabled():
+                    raise ValueError(
+                        "attn_implementation='flex_attention' cannot differentiate an attention bias (torch's flex "
+                        "kernel fails on gradients of a captured bias); train with 'sdpa' or 'eager'"
+                    )
+                extra["position_bias"] = bias.to(q.dtype).expand(q.shape[0], q.shape[1], q.shape[2], k.shape[2])
+        values, weights = backend(
+            module, q, k, v, mask, scaling=call.scaling, dropout=call.dropout, is_causal=causal, **extra
+        )
         # Backends return (B, Lq, H, D); the seam's layout is (B, H, Lq, D).
-        return AttentionOutput(values.transpose(1, 2), weights if output_weights else None, None)
+        return AttentionOutput(values.transpose(1, 2), weights if call.output_weights else None, None)

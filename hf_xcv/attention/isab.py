@@ -25,21 +25,12 @@ over a (padded) set and return (B, num_seeds, hidden).
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 from torch import nn
 
+from ._masks import masked_softmax
 from .layer import MultiHeadAttention
-from .registry import (
-    AttentionCore,
-    AttentionOutput,
-    Capabilities,
-    capability_problems,
-    raise_problems,
-    register_attention,
-)
-from .utils import key_padding_mask, masked_softmax
+from .registry import AttentionCall, AttentionCore, AttentionOutput, Capabilities, register_attention
 
 
 @register_attention
@@ -70,36 +61,18 @@ class InducedSetAttention(AttentionCore):
         bound = (6 / (num_inducing + head_dim)) ** 0.5
         self.inducing = nn.Parameter(torch.empty(num_heads, num_inducing, head_dim).uniform_(-bound, bound))
 
-    def forward(
-        self,
-        q: torch.Tensor,
-        k: torch.Tensor,
-        v: torch.Tensor,
-        attention_mask: torch.Tensor | None = None,
-        causal: bool = False,
-        grid: tuple[int, int] | None = None,
-        state: Any = None,
-        *,
-        dropout: float = 0.0,
-        scaling: float | None = None,
-        output_weights: bool = False,
-        module: nn.Module | None = None,
-        prefix_tokens: int = 0,
-    ) -> AttentionOutput:
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, call: AttentionCall) -> AttentionOutput:
         """``grid`` and ``prefix_tokens`` change nothing; ``dropout`` acts on both probability matrices."""
-        raise_problems(self.name, capability_problems(self.name, causal=causal, stateful=state is not None))
-        batch, _, kv_len, _ = k.shape
-        keep = key_padding_mask(attention_mask, batch, kv_len, self.name)  # (B, Lk) or None
-        scaling = self.head_dim**-0.5 if scaling is None else scaling
+        keep, scaling, dropout = call.key_keep, call.scaling, call.dropout  # keep: (B, Lk) or None
         inducing = self.inducing.to(q.dtype)  # (H, m, D)
         gather = masked_softmax(inducing @ k.transpose(-1, -2) * scaling, None if keep is None else keep[:, None, None])
-        gather = nn.functional.dropout(gather, p=dropout, training=self.training)  # (B, H, m, Lk)
+        gather = nn.functional.dropout(gather, p=dropout, training=dropout > 0.0)  # (B, H, m, Lk)
         summary_k, summary_v = gather @ k, gather @ v  # (B, H, m, D) each
         # a row without real keys has an empty summary: its queries attend to nothing
         rows = None if keep is None else keep.any(-1)[:, None, None, None]  # (B, 1, 1, 1)
         spread = masked_softmax(q @ summary_k.transpose(-1, -2) * scaling, rows)  # (B, H, Lq, m)
-        spread = nn.functional.dropout(spread, p=dropout, training=self.training)
-        weights = spread @ gather if output_weights else None  # (B, H, Lq, Lk), only when asked
+        spread = nn.functional.dropout(spread, p=dropout, training=dropout > 0.0)
+        weights = spread @ gather if call.output_weights else None  # (B, H, Lq, Lk), only when asked
         return AttentionOutput(spread @ summary_v, weights)
 
 

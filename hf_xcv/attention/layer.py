@@ -9,7 +9,20 @@ from torch import nn
 from transformers import PretrainedConfig
 from transformers.cache_utils import Cache, EncoderDecoderCache
 
-from .registry import build_attention, capability_problems, raise_problems
+from .registry import build_attention
+
+
+def with_positions(x: torch.Tensor, positions: torch.Tensor | None, name: str) -> torch.Tensor:
+    """``x`` (B, L, C) plus position embeddings broadcastable to it ((B or 1, L, C)); ``x`` itself without."""
+    if positions is None:
+        return x
+    if (
+        positions.dim() != 3
+        or tuple(positions.shape[1:]) != tuple(x.shape[1:])
+        or positions.shape[0] not in (1, x.shape[0])
+    ):
+        raise ValueError(f"{name} has shape {tuple(positions.shape)}; the input it is added to is {tuple(x.shape)}")
+    return x + positions.to(x.dtype)
 
 
 class MultiHeadAttention(nn.Module):
@@ -69,19 +82,22 @@ class MultiHeadAttention(nn.Module):
             return x.new_zeros(()).expand(x.shape[0], self.num_heads, x.shape[1], self.head_dim)
         return self._split_heads(projection(x))
 
-    def _keys_values(self, source: torch.Tensor, cross: bool, cache: Cache | None) -> tuple[torch.Tensor, torch.Tensor]:
-        """Project keys and values of ``source``, or take them from / append them to a transformers ``cache``.
+    def _keys_values(
+        self, key_input: torch.Tensor, value_input: torch.Tensor, cross: bool, cache: Cache | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Project keys and values, or take them from / append them to a transformers ``cache``.
 
         Self-attention appends this step's keys and values to the cache and attends over all of them;
-        cross-attention projects the encoder output once and reuses it on every later step.
+        cross-attention projects the encoder output once and reuses it on every later step. Positions are
+        already in ``key_input``, so the cache holds keys with their positions.
         """
         layers = cache
         if isinstance(cache, EncoderDecoderCache):
             layers = cache.cross_attention_cache if cross else cache.self_attention_cache
             if cross and cache.is_updated.get(self.layer_idx):
                 return layers.layers[self.layer_idx].keys, layers.layers[self.layer_idx].values
-        k = self._project(self.k_proj, source)  # (B, H, Lk, D)
-        v = self._project(self.v_proj, source)  # (B, H, Lk, D)
+        k = self._project(self.k_proj, key_input)  # (B, H, Lk, D)
+        v = self._project(self.v_proj, value_input)  # (B, H, Lk, D)
         if layers is not None:
             if self.layer_idx is None:
                 raise ValueError("a key/value cache needs the attention layer's layer_idx")
@@ -94,51 +110,60 @@ class MultiHeadAttention(nn.Module):
         self,
         hidden_states: torch.Tensor,
         key_value_states: torch.Tensor | None = None,
+        *,
         attention_mask: torch.Tensor | None = None,
+        attention_bias: torch.Tensor | None = None,
         causal: bool = False,
         grid: tuple[int, int] | None = None,
         state: Any = None,
         output_attentions: bool = False,
         cache: Cache | None = None,
         prefix_tokens: int = 0,
+        query_position_embeddings: torch.Tensor | None = None,
+        key_position_embeddings: torch.Tensor | None = None,
+        value_states: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None, Any]:
         """Attend from ``hidden_states`` (B, Lq, C) to itself or to ``key_value_states`` (B, Lk, C_kv).
 
-        With a ``cache`` (a transformers ``Cache``; an ``EncoderDecoderCache`` in a seq2seq decoder), keys and
-        values of earlier steps are reused: ``attention_mask`` then covers all past + current keys, and a
-        causal mask aligns the queries with the last keys.
+        Positions go into the projections only: ``q = W_q(hidden_states + query_position_embeddings)``,
+        ``k = W_k(key input + key_position_embeddings)``, ``v = W_v(value input)``, where the key input is
+        ``key_value_states`` (cross-attention) or ``hidden_states`` (self-attention) and the value input is
+        ``value_states`` when given (keys and values from different inputs of one length, (B, Lk, C_kv)), else
+        the key input. Position embeddings are (B or 1, L, C) like the input they are added to (DETR: the same
+        spatial positions as query and key positions of self-attention; object-query positions and encoder
+        positions in cross-attention). Without any, this is plain multi-head attention.
 
-        ``prefix_tokens`` counts leading special tokens ([CLS]) that global-token cores make global and
-        grid cores keep out of the grid.
+        With a ``cache`` (a transformers ``Cache``; an ``EncoderDecoderCache`` in a seq2seq decoder), keys and
+        values of earlier steps are reused (positions were added before they were cached): ``attention_mask``
+        then covers all past + current keys, and a causal mask aligns the queries with the last keys.
+
+        ``attention_mask`` is a boolean keep mask and ``attention_bias`` an additive float bias, both
+        broadcastable to (B, H, Lq, Lk); ``prefix_tokens`` counts leading special tokens ([CLS]) that
+        global-token cores make global and grid cores keep out of the grid. The core validates the request and
+        refuses, in one error, everything it cannot serve.
 
         Returns the output (B, Lq, C), the attention probabilities (B, H, Lq, Lk) when
         ``output_attentions`` is set (else None), and the core's new state. The core's auxiliary loss, if
         any, is left in ``self.aux_loss`` for the model to add to its training loss.
         """
         cross = key_value_states is not None
-        source = key_value_states if cross else hidden_states
-        past = cache.get_seq_length(self.layer_idx) if cache is not None and not cross else 0
-        reasons = capability_problems(
-            self.attention_type,
-            padding_mask=attention_mask is not None,
-            causal=causal,
-            cross_attention=cross,
-            returns_weights=output_attentions,
-            grid_available=grid is not None,
-            stateful=state is not None,
-        ) + tuple(self.core.length_problems(hidden_states.shape[1], past + source.shape[1], grid, prefix_tokens))
-        raise_problems(self.attention_type, reasons)
-        q = self._project(self.q_proj, hidden_states)  # (B, H, Lq, D)
-        k, v = self._keys_values(source, cross, cache)  # (B, H, Lk, D) each
+        key_input = key_value_states if cross else hidden_states
+        value_input = key_input if value_states is None else value_states
+        queries = with_positions(hidden_states, query_position_embeddings, "query_position_embeddings")
+        q = self._project(self.q_proj, queries)  # (B, H, Lq, D)
+        keys = with_positions(key_input, key_position_embeddings, "key_position_embeddings")
+        k, v = self._keys_values(keys, value_input, cross, cache)  # (B, H, Lk, D) each
         out = self.core(
             q,
             k,
             v,
-            attention_mask=attention_mask,
-            causal=causal,
-            grid=grid,
-            state=state,
-            dropout=self.dropout if self.training else 0.0,
+            attention_mask,
+            causal,
+            grid,
+            state,
+            attention_bias,
+            cross_attention=cross,
+            dropout=self.dropout,
             scaling=self.scaling,
             output_weights=output_attentions,
             module=self,

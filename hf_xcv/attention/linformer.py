@@ -21,15 +21,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from .registry import (
-    AttentionCore,
-    AttentionOutput,
-    Capabilities,
-    capability_problems,
-    raise_problems,
-    register_attention,
-)
-from .utils import key_padding_mask, masked_softmax
+from ._masks import masked_softmax
+from .registry import AttentionCall, AttentionCore, AttentionOutput, Capabilities, register_attention
 
 SHARING_CHOICES = ("none", "headwise", "kv", "layerwise")
 
@@ -115,29 +108,9 @@ class LinformerAttention(AttentionCore):
             if projection is not None:
                 projection.copy_(torch.eye(self.k, dtype=projection.dtype).expand_as(projection))
 
-    def forward(
-        self,
-        q: torch.Tensor,
-        k: torch.Tensor,
-        v: torch.Tensor,
-        attention_mask: torch.Tensor | None = None,
-        causal: bool = False,
-        grid: tuple[int, int] | None = None,
-        state: Any = None,
-        *,
-        dropout: float = 0.0,
-        scaling: float | None = None,
-        output_weights: bool = False,
-        module: nn.Module | None = None,
-        prefix_tokens: int = 0,
-    ) -> AttentionOutput:
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, call: AttentionCall) -> AttentionOutput:
         """``grid`` and ``prefix_tokens`` change nothing; ``dropout`` acts on the (Lq x k) probabilities."""
-        batch, _, kv_len, _ = k.shape
-        reasons = capability_problems(
-            self.name, causal=causal, returns_weights=output_weights, stateful=state is not None
-        ) + tuple(self.length_problems(q.shape[2], kv_len))
-        raise_problems(self.name, reasons)
-        keep = key_padding_mask(attention_mask, batch, kv_len, self.name)  # (B, Lk) or None
+        kv_len, keep = k.shape[2], call.key_keep  # (B, Lk) or None
         e, f = (p.to(k.dtype) for p in self.length_projections(kv_len))  # (P, k, Lk) each
         slot_keep = None
         if keep is not None:
@@ -147,8 +120,7 @@ class LinformerAttention(AttentionCore):
             slot_keep = (e.abs() @ (~padded).to(e.dtype)).squeeze(-1) > 0  # (B, P, k)
             slot_keep = slot_keep[:, :, None, :]  # (B, P, 1, k)
         projected_k, projected_v = _project(e, k), _project(f, v)  # (B, H, k, D) each
-        scaling = self.head_dim**-0.5 if scaling is None else scaling
-        scores = q @ projected_k.transpose(-1, -2) * scaling  # (B, H, Lq, k)
+        scores = q @ projected_k.transpose(-1, -2) * call.scaling  # (B, H, Lq, k)
         probs = masked_softmax(scores, slot_keep)
-        probs = nn.functional.dropout(probs, p=dropout, training=self.training)
+        probs = nn.functional.dropout(probs, p=call.dropout) if call.dropout > 0.0 else probs
         return AttentionOutput(probs @ projected_v)  # (B, H, Lq, D)

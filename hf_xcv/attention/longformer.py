@@ -16,7 +16,7 @@ Implementation: the tokens after the prefix are split into d interleaved subsequ
 same residue mod d), where the dilated window is a plain window of w; each subsequence is cut into blocks
 of w queries that see their own block and the neighbouring ones (only the previous one when causal), about
 3w scores per query instead of L. Global rows and columns are two thin extra parts; see
-:func:`sparse.sparse_attention`. Lengths are padded to a multiple of w * d internally.
+:func:`_patterns.sparse_attention`. Lengths are padded to a multiple of w * d internally.
 
 Deviation from the paper: the paper gives global attention its own projections (Q_g, K_g, V_g). A registry
 core receives already projected q, k, v, so global rows use the layer's projections; this equals the paper's
@@ -30,54 +30,9 @@ from typing import Any
 
 import torch
 
+from ._patterns import SPARSE_CAPABILITIES, SparsePattern, SparsePatternAttention, window_mask, window_pattern
+from ._settings import check_int
 from .registry import register_attention
-from .sparse import (
-    SPARSE_CAPABILITIES,
-    KeySet,
-    SparsePattern,
-    SparsePatternAttention,
-    check_int,
-    make_pattern,
-    neighbour_positions,
-    positions_after_prefix,
-    shift_body,
-)
-
-
-def window_pattern(
-    length: int, prefix_tokens: int, window: int, dilation: int, num_global: int, causal: bool, device
-) -> SparsePattern:
-    """The pattern of a dilated sliding window of one-sided width ``window`` over the tokens after the prefix,
-    with the prefix and the first ``num_global`` tokens after it global (shared with ``etc``)."""
-    body = length - prefix_tokens
-    block = max(window, 1)  # queries per block; radius 0 still needs one
-    sub_blocks = -(-body // (block * dilation))  # blocks per subsequence
-    # Subsequence s holds positions s, s + d, s + 2d, ...; t is the index within the subsequence.
-    t_query = torch.arange(sub_blocks * block, device=device).view(sub_blocks, block)  # (N, w)
-    t_key = neighbour_positions(sub_blocks, block, 1, 0 if causal else 1, device)  # (N, 2w or 3w)
-    gap = t_query[:, :, None] - t_key[:, None, :]  # (N, w, W) distance within the subsequence
-    keep = (gap <= window) & (gap >= (0 if causal else -window))  # (N, w, W)
-    residue = torch.arange(dilation, device=device)[:, None, None]  # (d, 1, 1)
-    queries = (residue + dilation * t_query[None]).flatten(0, 1)  # (d*N, w) body positions
-    keys = torch.where(t_key[None] >= 0, residue + dilation * t_key[None], -1).flatten(0, 1)  # (d*N, W)
-    keep = keep.repeat(dilation, 1, 1)  # (d*N, w, W)
-    is_global = torch.arange(length, device=device) < min(length, prefix_tokens + num_global)
-    key_set = KeySet(shift_body(keys, body, prefix_tokens), keep)
-    return make_pattern(queries + prefix_tokens, [key_set], is_global, causal)
-
-
-def window_mask(
-    length: int, prefix_tokens: int, window: int, dilation: int, num_global: int, causal: bool, device
-) -> torch.Tensor:
-    """The same pattern as :func:`window_pattern`, written from its definition: (1, 1, L, L) bool."""
-    i, j = positions_after_prefix(length, prefix_tokens, device)
-    gap = i - j
-    keep = (gap.abs() <= window * dilation) & (gap % dilation == 0)
-    is_global = torch.arange(length, device=device) < prefix_tokens + num_global
-    keep = keep | is_global[:, None] | is_global[None, :]
-    if causal:
-        keep = keep & (gap >= 0)
-    return keep[None, None]
 
 
 @register_attention

@@ -40,10 +40,11 @@ from typing import Any, NamedTuple
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
-from .registry import AttentionCore, AttentionOutput, Capabilities, register_attention
-from .utils import check_bool, check_int, key_padding_mask, masked_softmax, pad_to_multiple, seeded_generator
+from ._masks import bias_per_head, masked_softmax
+from ._settings import check_bool, check_int
+from ._tensors import pad_to_multiple, seeded_generator
+from .registry import AttentionCall, AttentionCore, AttentionOutput, Capabilities, register_attention
 
 # Logit that replaces a token's attention to itself under shared query-key (trax / transformers value).
 SELF_LOGIT = -1e5
@@ -128,6 +129,7 @@ class LSHAttention(AttentionCore):
         padding_mask=True,
         causal=True,
         returns_weights=True,
+        attention_bias=True,
         length_constraint="self-attention only (as many keys as queries); any length (padded internally)",
     )
     small_kwargs = {"chunk_length": 4, "num_buckets": 4, "n_hashes": 2}
@@ -220,39 +222,18 @@ class LSHAttention(AttentionCore):
         is_self = (k_pos.unsqueeze(-2) == q_pos.unsqueeze(-1)) if self.shared_qk else None
         return LSHRoutes(q_order, k_order, q_pos, k_pos, keep, is_self)
 
-    def forward(
-        self,
-        q: torch.Tensor,
-        k: torch.Tensor,
-        v: torch.Tensor,
-        attention_mask: torch.Tensor | None = None,
-        causal: bool = False,
-        grid: tuple[int, int] | None = None,
-        state: Any = None,
-        *,
-        dropout: float = 0.0,
-        scaling: float | None = None,
-        output_weights: bool = False,
-        module: nn.Module | None = None,
-        prefix_tokens: int = 0,
-    ) -> AttentionOutput:
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, call: AttentionCall) -> AttentionOutput:
         """Tokens are sequence positions: ``grid`` and ``prefix_tokens`` change nothing (dimension-agnostic)."""
-        problems = self.length_problems(q.shape[2], k.shape[2])
-        if state is not None:
-            problems.append("it carries no memory between calls (state must be None)")
-        if problems:
-            raise ValueError(f"attention_type={self.name!r} cannot be used here: " + "; ".join(problems))
         batch, heads, length, head_dim = q.shape
-        padding = key_padding_mask(attention_mask, batch, length, self.name)  # (B, L) or None
         chunk = self._chunk_length(length)
         q, _ = pad_to_multiple(q, chunk)  # (B, H, L_pad, D)
         v, _ = pad_to_multiple(v, chunk)
         k = q if self.shared_qk else pad_to_multiple(k, chunk)[0]
         padded = q.shape[2]
         valid = torch.arange(padded, device=q.device)[None, :] < length  # (1, L_pad)
-        if padding is not None:
-            valid = valid & F.pad(padding, (0, padded - length), value=False)
-        routes = self._route(q, k, valid.expand(batch, padded), causal, chunk)
+        if call.key_keep is not None:
+            valid = valid & F.pad(call.key_keep, (0, padded - length), value=False)
+        routes = self._route(q, k, valid.expand(batch, padded), call.causal, chunk)
         keys = normalize_keys(q) if self.shared_qk else k
 
         num_chunks, window = routes.k_pos.shape[2], routes.k_pos.shape[3]
@@ -262,7 +243,10 @@ class LSHAttention(AttentionCore):
         scores = torch.matmul(q_sorted, k_window.transpose(-1, -2))  # (B, H, C, c, W)
         scores = scores.to(torch.promote_types(scores.dtype, torch.float32))
         if self.scale_logits:
-            scores = scores * (head_dim**-0.5 if scaling is None else scaling)
+            scores = scores * call.scaling
+        if call.bias is not None:  # the bias of each sorted query and the keys of its window
+            pairs = bias_per_head(call.bias, routes.q_pos.unsqueeze(-1), routes.k_pos.unsqueeze(-2))  # (B, H, C, c, W)
+            scores = scores + pairs.to(scores.dtype)
         if routes.is_self is not None:
             scores = scores.masked_fill(routes.is_self, SELF_LOGIT)
         probs = masked_softmax(scores, routes.keep)  # (B, H, C, c, W)
@@ -270,12 +254,12 @@ class LSHAttention(AttentionCore):
         lowest = torch.finfo(scores.dtype).min
         log_norm = torch.logsumexp(scores.masked_fill(~routes.keep, lowest), dim=-1)
         log_norm = log_norm.masked_fill(~routes.keep.any(-1), lowest)  # (B, H, C, c)
-        probs = F.dropout(probs, p=dropout, training=self.training and dropout > 0)
+        probs = F.dropout(probs, p=call.dropout) if call.dropout > 0.0 else probs
         out_sorted = torch.matmul(probs.to(v.dtype), v_window)  # (B, H, C, c, D)
 
         out, slot_weights = self._combine_rounds(routes.q_order, out_sorted, log_norm, padded)
         weights = None
-        if output_weights:
+        if call.output_weights:
             weights = self._dense_weights(routes, probs, slot_weights, padded)[:, :, :length, :length].to(q.dtype)
         return AttentionOutput(out[:, :, :length], weights)
 

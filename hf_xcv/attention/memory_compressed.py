@@ -32,9 +32,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .local import attend_layout, check_call, check_int, local_1d_layout
-from .registry import AttentionCore, AttentionOutput, Capabilities, register_attention
-from .utils import key_padding_mask
+from ._blocks import attend_layout, local_1d_layout
+from ._settings import check_int
+from .registry import AttentionCall, AttentionCore, AttentionOutput, Capabilities, register_attention
 
 
 def compress(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, group: int) -> torch.Tensor:
@@ -82,6 +82,10 @@ class MemoryCompressedAttention(AttentionCore):
         length_constraint="any length (padded to block and compression multiples internally); q_len <= kv_len, "
         "the queries being the last kv tokens",
     )
+    refusals = {
+        "returns_weights": "it cannot return attention weights: returning attention weights (output_attentions=True) "
+        "needs probabilities over tokens, and its probabilities are over compressed memory slots",
+    }
     small_kwargs = {"compression": 2, "block_size": 4}
 
     def __init__(self, num_heads: int, head_dim: int, compression: int = 3, block_size: int = 256):
@@ -116,52 +120,17 @@ class MemoryCompressedAttention(AttentionCore):
             return [f"it has more queries ({q_len}) than keys ({kv_len}); queries must be the last kv tokens"]
         return []
 
-    def forward(
-        self,
-        q: torch.Tensor,
-        k: torch.Tensor,
-        v: torch.Tensor,
-        attention_mask: torch.Tensor | None = None,
-        causal: bool = False,
-        grid: tuple[int, int] | None = None,
-        state: Any = None,
-        *,
-        dropout: float = 0.0,
-        scaling: float | None = None,
-        output_weights: bool = False,
-        module: nn.Module | None = None,
-        prefix_tokens: int = 0,
-    ) -> AttentionOutput:
-        check_call(self.name, self, q, k, grid, prefix_tokens)
-        if output_weights:
-            raise ValueError(
-                f"attention_type={self.name!r} cannot return attention weights: its probabilities are over "
-                "compressed memory slots, not tokens"
-            )
-        batch, _, q_len, _ = q.shape
-        kv_len = k.shape[2]
-        key_keep = key_padding_mask(attention_mask, batch, kv_len, self.name)  # (B, Lk) or None
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, call: AttentionCall) -> AttentionOutput:
+        q_len, kv_len, prefix_tokens = q.shape[2], k.shape[2], call.prefix_tokens
         local = self.block_size > 0
         group = self.block_size if local else max(kv_len - prefix_tokens, 1)  # slots never straddle a group
         # Queries by block: with local blocks, each block also sees its own tokens; else one block, no keys.
-        layout = local_1d_layout(q_len, kv_len, prefix_tokens, group, 0, causal, q.device)  # own block only
+        layout = local_1d_layout(q_len, kv_len, prefix_tokens, group, 0, call.causal, q.device)  # own block only
         if not local:
             layout.keys, layout.keep = layout.keys[:, :0], layout.keep[..., :0]
         query_tokens = torch.where(layout.queries < q_len, layout.queries + kv_len - q_len, -1)  # (N, Q), -1: empty
-        slots = self.memory(k, v, key_keep, prefix_tokens, group, causal, query_tokens)
-        values, _ = attend_layout(
-            q,
-            k,
-            v,
-            layout,
-            key_keep=key_keep,
-            prefix_tokens=prefix_tokens,
-            causal=causal,
-            scaling=q.shape[-1] ** -0.5 if scaling is None else scaling,
-            dropout=dropout,
-            output_weights=False,
-            extra_shared=slots,
-        )
+        slots = self.memory(k, v, call.key_keep, prefix_tokens, group, call.causal, query_tokens)
+        values, _ = attend_layout(q, k, v, layout, call, extra_shared=slots)
         return AttentionOutput(values, None)
 
     def memory(

@@ -3,29 +3,46 @@
 An attention *core* turns projected queries, keys and values into attended values; the owning
 layer keeps its own Q/K/V/O projections. Every core is called as
 
-    out = core(q, k, v, attention_mask=None, causal=False, grid=None, state=None)
+    out = core(q, k, v, attention_mask=None, causal=False, grid=None, state=None, attention_bias=None, *,
+               cross_attention=False, dropout=0.0, scaling=None, output_weights=False, module=None,
+               prefix_tokens=0)
 
 with ``q``: (batch, heads, q_len, head_dim), ``k``/``v``: (batch, heads, kv_len, head_dim), the layout of
-``torch.nn.functional.scaled_dot_product_attention``. ``attention_mask`` is a boolean *keep* mask
-broadcastable to (batch, heads, q_len, kv_len) (True = may attend). ``grid`` is the (height, width) of
-the token layout for cores that need a 2-D arrangement, ``state`` whatever a stateful core carried
-from the previous call. Keyword-only extras: ``dropout``, ``scaling``, ``output_weights``, ``module``
-(the owning layer) and ``prefix_tokens`` (how many leading tokens are special, such as ViT's [CLS]:
-global-token entries make them global, grid entries keep them out of the grid, so that
-``length == prefix_tokens + height * width``). It returns an :class:`AttentionOutput` (values in the
-layout of ``q``, optional weights, optional new state, optional auxiliary loss).
+``torch.nn.functional.scaled_dot_product_attention``.
 
-Each core declares what it can serve in :class:`Capabilities`, and what lengths it takes in
-:meth:`AttentionCore.length_problems`; :func:`attention_problems` turns every mismatch into one
-``ValueError`` listing all the reasons. Each core also says how it relates to plain softmax attention:
-:meth:`AttentionCore.exact_kwargs` gives the settings under which it *is* plain softmax attention, and
-pattern-based cores return their boolean pattern from :meth:`AttentionCore.dense_mask`, so that
-``core(q, k, v) == dense_attention(q, k, v, core.dense_mask(q, k))``.
+* ``attention_mask``: a boolean *keep* mask broadcastable to (batch, heads, q_len, kv_len) (True = may
+  attend). Most entries take only a key padding mask, (batch or 1, 1, 1, kv_len); those with the
+  ``arbitrary_mask`` capability take any pattern.
+* ``attention_bias``: an additive float bias broadcastable to (batch, heads, q_len, kv_len), added to the
+  logits before the softmax (Swin's relative position bias, ALiBi); masked keys stay masked whatever their
+  bias, and a query with no key to attend gets zeros. Its values should be finite: keys to leave out belong
+  in the boolean mask.
+* ``grid``: the (height, width) of the token layout, for cores that need a 2-D arrangement; ``state``:
+  whatever a stateful core carried from the previous call.
+* ``cross_attention``: the keys come from another sequence than the queries (the owning layer says so);
+  ``dropout`` acts on the attention probabilities in training mode only (like ``nn.Dropout``); ``scaling`` defaults to
+  head_dim**-0.5; ``output_weights`` asks for the (batch, heads, q_len, kv_len) probabilities; ``module``
+  is the owning layer (its config picks the backend of ``full``); ``prefix_tokens`` counts the leading
+  special tokens (ViT's [CLS]): global-token entries make them global, grid entries keep them out of the
+  grid, so that ``length == prefix_tokens + height * width``.
+
+It returns an :class:`AttentionOutput` (values in the layout of ``q``, optional weights, optional new
+state, optional auxiliary loss).
+
+The base class owns the call: :meth:`AttentionCore.forward` checks the request once against the entry's
+declared :class:`Capabilities` and :meth:`AttentionCore.length_problems` (shapes and flags only, nothing
+that reads tensor values, so it compiles and exports), raises one ``ValueError`` listing every reason, and
+hands the entry its tensors and an :class:`AttentionCall` with the validated extras. An entry implements
+only :meth:`AttentionCore.attend`.
+
+Each core also says how it relates to plain softmax attention: :meth:`AttentionCore.exact_kwargs` gives the
+settings under which it *is* plain softmax attention, and pattern-based cores return their boolean pattern
+from :meth:`AttentionCore.dense_mask`, so that ``core(q, k, v) == dense_attention(q, k, v, core.dense_mask(q,
+k))`` (with an ``attention_bias`` too, for entries that declare it).
 """
 
 from __future__ import annotations
 
-import functools
 import inspect
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar, NamedTuple
@@ -39,10 +56,12 @@ class Capabilities:
     """What an attention core can serve.
 
     Attributes:
-        padding_mask: accepts a boolean keep mask over keys (and queries).
+        padding_mask: accepts a boolean keep mask over keys.
+        arbitrary_mask: accepts any boolean keep mask broadcastable to (B, H, Lq, Lk), not only key padding.
         causal: supports autoregressive (lower-triangular) attention.
         cross_attention: queries and keys may come from different sequences of different lengths.
         returns_weights: can return the (batch, heads, q_len, kv_len) attention probabilities.
+        attention_bias: adds an additive float bias to its logits (within its pattern, for sparse entries).
         needs_grid: requires the (height, width) layout of the tokens.
         stateful: carries memory from one call to the next.
         requires_causal: only defined for causal attention (e.g. segment recurrence).
@@ -52,9 +71,11 @@ class Capabilities:
     """
 
     padding_mask: bool = False
+    arbitrary_mask: bool = False
     causal: bool = False
     cross_attention: bool = False
     returns_weights: bool = False
+    attention_bias: bool = False
     needs_grid: bool = False
     stateful: bool = False
     requires_causal: bool = False
@@ -63,12 +84,14 @@ class Capabilities:
     length_constraint: str = ""
 
 
-# Human-readable names of the capabilities, used in error messages.
-_CAPABILITY_WORDS = {
+# The requests a caller can make, in words for error messages. An entry may explain its own refusal
+# instead (``AttentionCore.refusals``); ``{value}`` there is the requested value (e.g. the dropout).
+_REQUEST_WORDS = {
     "padding_mask": "a padding mask",
     "causal": "causal (autoregressive) masking",
     "cross_attention": "cross-attention (keys from another sequence)",
     "returns_weights": "returning attention weights (output_attentions=True)",
+    "attention_bias": "an additive attention bias (attention_bias=...)",
     "stateful": "memory carried from a previous call (state=...)",
     "attention_dropout": "dropout on attention probabilities (it has none; set the attention dropout to 0)",
 }
@@ -87,8 +110,46 @@ class AttentionOutput(NamedTuple):
     aux_loss: torch.Tensor | None = None
 
 
+class AttentionCall(NamedTuple):
+    """The validated extras of one core call, handed to :meth:`AttentionCore.attend`.
+
+    Attributes:
+        mask: the boolean keep mask as passed (4-D, broadcastable to (B, H, Lq, Lk)), or None.
+        key_keep: the same mask as a (B, Lk) key padding mask, for entries without ``arbitrary_mask``.
+        causal: autoregressive masking; queries align with the *last* keys (query i is key kv_len - q_len + i).
+        cross_attention: the keys come from another sequence.
+        grid: (height, width) of the tokens after the prefix, or None.
+        prefix_tokens: leading special tokens ([CLS]).
+        bias: the additive float bias as a 4-D tensor broadcastable to (B, H, Lq, Lk), or None.
+        dropout: dropout probability on the attention probabilities (0.0 when the core is in eval mode).
+        scaling: the factor on q.k (head_dim**-0.5 unless the caller chose another).
+        output_weights: return the probabilities.
+        state: what a stateful core carried from the previous call.
+        module: the owning layer (or the core itself when called directly).
+    """
+
+    mask: torch.Tensor | None
+    key_keep: torch.Tensor | None
+    causal: bool
+    cross_attention: bool
+    grid: tuple[int, int] | None
+    prefix_tokens: int
+    bias: torch.Tensor | None
+    dropout: float
+    scaling: float
+    output_weights: bool
+    state: Any
+    module: nn.Module
+
+
+def _fits(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
+    """Whether a 4-D ``shape`` broadcasts to ``target`` (every size 1 or the target's)."""
+    return len(shape) == len(target) and all(size in (1, want) for size, want in zip(shape, target))
+
+
 class AttentionCore(nn.Module):
-    """Base class of every registry entry. Subclasses set ``name`` and ``capabilities``.
+    """Base class of every registry entry. Subclasses set ``name`` and ``capabilities`` and implement
+    :meth:`attend`; :meth:`forward` validates the call once and hands it over.
 
     Constructor arguments after ``num_heads`` and ``head_dim`` are the entry's ``attention_kwargs``;
     they must be keyword arguments with defaults so the registry can validate them.
@@ -96,6 +157,8 @@ class AttentionCore(nn.Module):
 
     name: ClassVar[str] = ""
     capabilities: ClassVar[Capabilities] = Capabilities()
+    # The entry's own words for a capability it lacks (keys as in _REQUEST_WORDS), when it can say why.
+    refusals: ClassVar[dict[str, str]] = {}
     # Settings that give a non-trivial pattern on inputs of a few dozen tokens (tiny test models, demos).
     small_kwargs: ClassVar[dict[str, Any]] = {}
     # True when which keys a query sees depends on query/key *contents* (hashing, clustering, sorting):
@@ -122,17 +185,143 @@ class AttentionCore(nn.Module):
         causal: bool = False,
         grid: tuple[int, int] | None = None,
         state: Any = None,
+        attention_bias: torch.Tensor | None = None,
         *,
+        cross_attention: bool = False,
         dropout: float = 0.0,
         scaling: float | None = None,
         output_weights: bool = False,
         module: nn.Module | None = None,
         prefix_tokens: int = 0,
     ) -> AttentionOutput:
-        """``dropout`` applies to the attention probabilities, ``scaling`` defaults to head_dim**-0.5,
-        ``output_weights`` asks for the probabilities, ``module`` is the owning layer (for its config),
-        ``prefix_tokens`` counts the leading special tokens ([CLS])."""
+        """Validate the request (one ValueError listing every reason) and run :meth:`attend`; the arguments
+        are described in the module docstring."""
+        dropout = float(dropout) if self.training else 0.0  # like nn.Dropout: training mode only
+        if attention_bias is not None and attention_bias.dim() < 4:  # (Lq, Lk) or (H, Lq, Lk): broadcast
+            attention_bias = attention_bias.reshape((1,) * (4 - attention_bias.dim()) + tuple(attention_bias.shape))
+        problems = self.call_problems(
+            q,
+            k,
+            v,
+            attention_mask,
+            attention_bias,
+            causal=causal,
+            cross_attention=cross_attention,
+            grid=grid,
+            state=state,
+            dropout=dropout,
+            output_weights=output_weights,
+            prefix_tokens=prefix_tokens,
+        )
+        raise_problems(self.name, problems)
+        key_keep = None
+        if attention_mask is not None and not self.capabilities.arbitrary_mask:
+            key_keep = attention_mask[:, 0, 0, :].expand(q.shape[0], k.shape[2])  # (B, Lk)
+        call = AttentionCall(
+            mask=attention_mask,
+            key_keep=key_keep,
+            causal=bool(causal),
+            cross_attention=bool(cross_attention),
+            grid=None if grid is None else (int(grid[0]), int(grid[1])),
+            prefix_tokens=int(prefix_tokens),
+            bias=attention_bias,
+            dropout=dropout,
+            scaling=q.shape[-1] ** -0.5 if scaling is None else scaling,
+            output_weights=bool(output_weights),
+            state=state,
+            module=self if module is None else module,
+        )
+        return self.attend(q, k, v, call)
+
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, call: AttentionCall) -> AttentionOutput:
+        """The entry's attention on a validated call: q (B, H, Lq, D), k and v (B, H, Lk, D)."""
         raise NotImplementedError
+
+    @classmethod
+    def refusal(cls, request: str, value: Any = True) -> str:
+        """Why this entry cannot serve ``request`` (a key of the capability words), in words."""
+        words = cls.refusals.get(request)
+        return words.format(value=value) if words else f"it does not support {_REQUEST_WORDS[request]}"
+
+    def call_problems(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        attention_bias: torch.Tensor | None,
+        *,
+        causal: bool,
+        cross_attention: bool,
+        grid: tuple[int, int] | None,
+        state: Any,
+        dropout: float,
+        output_weights: bool,
+        prefix_tokens: int,
+    ) -> list[str]:
+        """Every reason this call cannot be served, from shapes and flags only (empty when it can). Runs on
+        every call: plain comparisons, and words only for what is wrong."""
+        caps = self.capabilities
+        problems = _tensor_problems(q, k, v)
+        if problems:
+            return problems
+        batch, heads, q_len, _ = q.shape
+        kv_len = k.shape[2]
+        if causal and not caps.causal:
+            problems.append(self.refusal("causal"))
+        if cross_attention and not caps.cross_attention:
+            problems.append(self.refusal("cross_attention"))
+        if output_weights and not caps.returns_weights:
+            problems.append(self.refusal("returns_weights"))
+        if state is not None:
+            problems += self.state_problems(state, k) if caps.stateful else [self.refusal("stateful")]
+        if dropout > 0.0 and not caps.attention_dropout:
+            problems.append(self.refusal("attention_dropout", dropout))
+        if caps.requires_causal and not causal:
+            problems.append("it is only defined for causal (autoregressive) attention")
+        if caps.needs_grid and grid is None:
+            problems.append(
+                "it needs a 2-D token grid: it needs the (height, width) grid of the tokens, and grid=None was passed"
+            )
+        if prefix_tokens < 0:
+            problems.append(f"prefix_tokens must be >= 0, got {prefix_tokens}")
+        if attention_mask is not None:
+            problems += self._mask_problems(attention_mask, batch, heads, q_len, kv_len)
+        if attention_bias is not None:
+            problems += self._bias_problems(attention_bias, batch, heads, q_len, kv_len)
+        return problems + self.length_problems(q_len, kv_len, grid, prefix_tokens)
+
+    def _mask_problems(self, mask: torch.Tensor, batch: int, heads: int, q_len: int, kv_len: int) -> list[str]:
+        if mask.dtype != torch.bool:
+            return [f"attention_mask must be a boolean keep mask (True = attend), got dtype {mask.dtype}"]
+        if not self.capabilities.padding_mask:
+            return [self.refusal("padding_mask")]
+        shape = tuple(mask.shape)
+        if self.capabilities.arbitrary_mask:
+            if not _fits(shape, (batch, heads, q_len, kv_len)):
+                return [f"attention_mask of shape {shape} does not broadcast to {(batch, heads, q_len, kv_len)}"]
+            return []
+        if len(shape) != 4 or shape[1] != 1 or shape[2] != 1:
+            return [f"it takes only a key padding mask shaped (batch, 1, 1, kv_len); got a mask of shape {shape}"]
+        if shape[-1] != kv_len or shape[0] not in (1, batch):
+            return [f"padding mask of shape {shape} does not fit batch {batch} and {kv_len} keys"]
+        return []
+
+    def _bias_problems(self, bias: torch.Tensor, batch: int, heads: int, q_len: int, kv_len: int) -> list[str]:
+        if not self.capabilities.attention_bias:
+            return [self.refusal("attention_bias")]
+        if not bias.is_floating_point():
+            return [f"attention_bias must be a float tensor, got dtype {bias.dtype}"]
+        if not _fits(tuple(bias.shape), (batch, heads, q_len, kv_len)):
+            return [
+                f"attention_bias of shape {tuple(bias.shape)} does not broadcast to (batch, heads, q_len, kv_len) "
+                f"= {(batch, heads, q_len, kv_len)}"
+            ]
+        return []
+
+    def state_problems(self, state: Any, k: torch.Tensor) -> list[str]:
+        """Reasons (in words) why a stateful entry cannot continue from ``state`` with keys ``k``."""
+        return []
 
     def length_problems(
         self, q_len: int, kv_len: int, grid: tuple[int, int] | None = None, prefix_tokens: int = 0
@@ -163,6 +352,16 @@ class AttentionCore(nn.Module):
         """The boolean keep mask, broadcastable to (B, H, Lq, Lk), under which plain softmax attention equals
         this core's output for these inputs (same seed / buffers); None when the core is not pattern-based."""
         return None
+
+
+def _tensor_problems(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> list[str]:
+    """q, k, v must be (B, H, L, D) with one batch and head count, keys and values of one length."""
+    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
+        return [f"q, k, v must be (batch, heads, length, head_dim), got {q.dim()}-D, {k.dim()}-D, {v.dim()}-D tensors"]
+    (qb, qh, _, qd), (kb, kh, kl, kd), (vb, vh, vl, _) = q.shape, k.shape, v.shape
+    if not (qb == kb == vb and qh == kh == vh and kl == vl and qd == kd):
+        return [f"q, k, v shapes {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)} do not fit together"]
+    return []
 
 
 _REGISTRY: dict[str, type[AttentionCore]] = {}
@@ -212,7 +411,6 @@ def validate_attention_kwargs(name: str, attention_kwargs: dict[str, Any] | None
         )
 
 
-@functools.cache  # called by every attention layer on every call: the answer never changes
 def capability_problems(
     name: str,
     *,
@@ -220,25 +418,25 @@ def capability_problems(
     causal: bool = False,
     cross_attention: bool = False,
     returns_weights: bool = False,
+    attention_bias: bool = False,
     grid_available: bool = False,
     stateful: bool = False,
-    attention_dropout: bool = False,
+    attention_dropout: float = 0.0,
 ) -> tuple[str, ...]:
-    """Every request the entry ``name`` cannot serve, in words (empty when it can serve them all)."""
-    caps = get_attention_class(name).capabilities
+    """Every request a model would make of the entry ``name`` that it cannot serve, in words (empty when it
+    can serve them all): what a model checks once, at construction, before any call."""
+    cls = get_attention_class(name)
+    caps = cls.capabilities
     wanted = {
         "padding_mask": padding_mask,
         "causal": causal,
         "cross_attention": cross_attention,
         "returns_weights": returns_weights,
+        "attention_bias": attention_bias,
         "stateful": stateful,
         "attention_dropout": attention_dropout,
     }
-    reasons = [
-        f"it does not support {_CAPABILITY_WORDS[key]}"
-        for key, want in wanted.items()
-        if want and not getattr(caps, key)
-    ]
+    reasons = [cls.refusal(key, want) for key, want in wanted.items() if want and not getattr(caps, key)]
     if caps.needs_grid and not grid_available:
         reasons.append("it needs a 2-D token grid, which this model does not provide")
     if caps.requires_causal and not causal:
@@ -252,7 +450,7 @@ def raise_problems(name: str, reasons: list[str] | tuple[str, ...]) -> None:
         raise ValueError(f"attention_type={name!r} cannot be used here: " + "; ".join(reasons))
 
 
-def check_capabilities(name: str, **requests: bool) -> None:
+def check_capabilities(name: str, **requests: Any) -> None:
     """Raise one ValueError listing every request the entry ``name`` cannot serve (see
     :func:`capability_problems` for the requests)."""
     raise_problems(name, capability_problems(name, **requests))

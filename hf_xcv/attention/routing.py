@@ -31,10 +31,10 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
-from .registry import AttentionCore, AttentionOutput, Capabilities, register_attention
-from .utils import check_float, check_int, key_padding_mask, masked_softmax
+from ._masks import bias_per_head, masked_softmax
+from ._settings import check_float, check_int
+from .registry import AttentionCall, AttentionCore, AttentionOutput, Capabilities, register_attention
 
 
 def take(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
@@ -70,6 +70,7 @@ class RoutingAttention(AttentionCore):
         causal=True,
         cross_attention=True,
         returns_weights=True,
+        attention_bias=True,
         length_constraint="any length",
     )
     small_kwargs = {"num_clusters": 4}
@@ -105,46 +106,30 @@ class RoutingAttention(AttentionCore):
     def _window(self, length: int) -> int:
         return min(self.window_size or math.ceil(length / self.num_clusters), length)
 
-    def forward(
-        self,
-        q: torch.Tensor,
-        k: torch.Tensor,
-        v: torch.Tensor,
-        attention_mask: torch.Tensor | None = None,
-        causal: bool = False,
-        grid: tuple[int, int] | None = None,
-        state: Any = None,
-        *,
-        dropout: float = 0.0,
-        scaling: float | None = None,
-        output_weights: bool = False,
-        module: nn.Module | None = None,
-        prefix_tokens: int = 0,
-    ) -> AttentionOutput:
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, call: AttentionCall) -> AttentionOutput:
         """Tokens are sequence positions: ``grid`` and ``prefix_tokens`` change nothing. Causal queries align
         with the last keys (query i sits at position ``kv_len - q_len + i``)."""
-        if state is not None:
-            raise ValueError(f"attention_type={self.name!r} carries no memory between calls (state must be None)")
         batch, heads, q_len, head_dim = q.shape
         kv_len = k.shape[2]
-        key_valid = key_padding_mask(attention_mask, batch, kv_len, self.name)  # (B, Lk) or None
+        key_valid = call.key_keep  # (B, Lk) or None
         query_valid = key_valid if q_len == kv_len else None
         q_unit, k_unit = F.normalize(q, dim=-1), F.normalize(k, dim=-1)
         means = self.means.to(q.dtype)
         q_idx = top_members(torch.einsum("bhld,hcd->bhcl", q_unit, means), query_valid, self._window(q_len))
         k_idx = top_members(torch.einsum("bhld,hcd->bhcl", k_unit, means), key_valid, self._window(kv_len))
 
-        scores = torch.matmul(take(q, q_idx), take(k, k_idx).transpose(-1, -2))  # (B, H, C, wq, wk)
-        scores = scores * (head_dim**-0.5 if scaling is None else scaling)
+        scores = torch.matmul(take(q, q_idx), take(k, k_idx).transpose(-1, -2)) * call.scaling  # (B, H, C, wq, wk)
+        if call.bias is not None:  # the bias of each cluster's queries and keys
+            scores = scores + bias_per_head(call.bias, q_idx.unsqueeze(-1), k_idx.unsqueeze(-2)).to(scores.dtype)
         keep = torch.ones_like(k_idx, dtype=torch.bool).unsqueeze(-2)  # (B, H, C, 1, wk)
         if key_valid is not None:
             keep = key_valid[:, None, :].expand(batch, heads, kv_len).gather(2, k_idx.flatten(2))
             keep = keep.view(k_idx.shape).unsqueeze(-2)
-        if causal:
+        if call.causal:
             keep = keep & (k_idx.unsqueeze(-2) <= q_idx.unsqueeze(-1) + (kv_len - q_len))
         keep = keep.expand(*scores.shape)
         probs = masked_softmax(scores, keep)
-        probs = F.dropout(probs, p=dropout, training=self.training and dropout > 0)
+        probs = F.dropout(probs, p=call.dropout) if call.dropout > 0.0 else probs
         # Average over the clusters that picked a query and gave it something to attend.
         served = keep.any(-1).to(probs.dtype)  # (B, H, C, wq)
         out_clusters = torch.matmul(probs, take(v, k_idx)) * served.unsqueeze(-1)  # (B, H, C, wq, D)
@@ -156,7 +141,7 @@ class RoutingAttention(AttentionCore):
         out = out / counts.unsqueeze(-1)
 
         weights = None
-        if output_weights:
+        if call.output_weights:
             share = probs * (served / counts.gather(2, flat_q).view(served.shape)).unsqueeze(-1)
             flat = q_idx.unsqueeze(-1) * kv_len + k_idx.unsqueeze(-2)  # (B, H, C, wq, wk)
             weights = probs.new_zeros(batch, heads, q_len * kv_len).scatter_add(2, flat.flatten(2), share.flatten(2))

@@ -33,8 +33,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .registry import AttentionCore, AttentionOutput, Capabilities, register_attention
-from .utils import check_float, check_int, key_padding_mask, masked_softmax, pad_to_multiple, seeded_generator
+from ._masks import masked_softmax
+from ._settings import check_float, check_int
+from ._tensors import pad_to_multiple, seeded_generator
+from .registry import AttentionCall, AttentionCore, AttentionOutput, Capabilities, register_attention
 
 
 def sinkhorn(log_p: torch.Tensor, allowed: torch.Tensor, iterations: int, causal: bool) -> torch.Tensor:
@@ -164,31 +166,11 @@ class SinkhornAttention(AttentionCore):
             allowed = allowed.tril(-1)  # slot i takes only earlier blocks
         return sinkhorn(logits / self.temperature, allowed, self.sinkhorn_iters, causal)
 
-    def forward(
-        self,
-        q: torch.Tensor,
-        k: torch.Tensor,
-        v: torch.Tensor,
-        attention_mask: torch.Tensor | None = None,
-        causal: bool = False,
-        grid: tuple[int, int] | None = None,
-        state: Any = None,
-        *,
-        dropout: float = 0.0,
-        scaling: float | None = None,
-        output_weights: bool = False,
-        module: nn.Module | None = None,
-        prefix_tokens: int = 0,
-    ) -> AttentionOutput:
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, call: AttentionCall) -> AttentionOutput:
         """Tokens are sequence positions: ``grid`` and ``prefix_tokens`` change nothing."""
-        problems = self.length_problems(q.shape[2], k.shape[2])
-        if state is not None:
-            problems.append("it carries no memory between calls (state must be None)")
-        if problems:
-            raise ValueError(f"attention_type={self.name!r} cannot be used here: " + "; ".join(problems))
         batch, heads, length, head_dim = q.shape
         block = self._block(length)
-        padding = key_padding_mask(attention_mask, batch, length, self.name)  # (B, L) or None
+        padding, causal = call.key_keep, call.causal  # (B, L) or None
         q, _ = pad_to_multiple(q, block)  # (B, H, L_pad, D)
         padded = q.shape[2]
         num_blocks = padded // block
@@ -212,13 +194,13 @@ class SinkhornAttention(AttentionCore):
         if causal:
             local_keep = local_keep & torch.ones(block, block, dtype=torch.bool, device=q.device).tril()
         keep = torch.cat([sorted_valid.unsqueeze(-2).expand_as(local_keep), local_keep], dim=-1)  # (B, H, n, b, 2b)
-        scores = torch.matmul(q_blocks, keys.transpose(-1, -2)) * (head_dim**-0.5 if scaling is None else scaling)
+        scores = torch.matmul(q_blocks, keys.transpose(-1, -2)) * call.scaling
         probs = masked_softmax(scores, keep)
-        probs = F.dropout(probs, p=dropout, training=self.training and dropout > 0)
+        probs = F.dropout(probs, p=call.dropout) if call.dropout > 0.0 else probs
         out = torch.matmul(probs, values).view(batch, heads, padded, head_dim)[:, :, :length]
 
         weights = None
-        if output_weights:
+        if call.output_weights:
             weights = self._dense_weights(probs, perm, valid)[:, :, :length, :length]
         return AttentionOutput(out, weights)
 

@@ -18,21 +18,13 @@ softmax); the attention weights are available.
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import torch
 from torch import nn
 
-from .full import causal_keep_mask
-from .registry import (
-    AttentionCore,
-    AttentionOutput,
-    Capabilities,
-    capability_problems,
-    raise_problems,
-    register_attention,
-)
-from .utils import check_int, key_padding_mask, masked_softmax
+from ._masks import causal_keep_mask, key_keep_rows, masked_softmax
+from ._settings import check_int
+from .registry import AttentionCall, AttentionCore, AttentionOutput, Capabilities, register_attention
 
 _SYNTHESIZER_CAPABILITIES = Capabilities(
     padding_mask=True,
@@ -76,40 +68,21 @@ class _Synthesizer(AttentionCore):
             if length > self.max_length
         ]
 
-    def forward(
-        self,
-        q: torch.Tensor,
-        k: torch.Tensor,
-        v: torch.Tensor,
-        attention_mask: torch.Tensor | None = None,
-        causal: bool = False,
-        grid: tuple[int, int] | None = None,
-        state: Any = None,
-        *,
-        dropout: float = 0.0,
-        scaling: float | None = None,
-        output_weights: bool = False,
-        module: nn.Module | None = None,
-        prefix_tokens: int = 0,
-    ) -> AttentionOutput:
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, call: AttentionCall) -> AttentionOutput:
         """``grid`` and ``prefix_tokens`` change nothing; ``dropout`` acts on the probabilities."""
         batch, heads, q_len, _ = q.shape
         kv_len = k.shape[2]
-        reasons = capability_problems(self.name, stateful=state is not None)
-        raise_problems(self.name, reasons + tuple(self.length_problems(q_len, kv_len)))
-        keep = key_padding_mask(attention_mask, batch, kv_len, self.name)  # (B, Lk) or None
-        scores = self.logits(q, kv_len, causal)  # (B or 1, H, Lq, Lk)
+        scores = self.logits(q, kv_len, call.causal)  # (B or 1, H, Lq, Lk)
         if self.mix_dot_product:
-            scaling = self.head_dim**-0.5 if scaling is None else scaling
-            scores = scores + q @ k.transpose(-1, -2) * scaling  # (B, H, Lq, Lk)
-        mask = None if keep is None else keep[:, None, None, :]  # (B, 1, 1, Lk)
-        if causal:
+            scores = scores + q @ k.transpose(-1, -2) * call.scaling  # (B, H, Lq, Lk)
+        mask = key_keep_rows(call.key_keep)  # (B, 1, 1, Lk)
+        if call.causal:
             tri = causal_keep_mask(q_len, kv_len, q.device)  # (Lq, Lk)
             mask = tri if mask is None else mask & tri
         # a view over the batch, so that dropout draws its own mask for every batch row
         probs = masked_softmax(scores, mask).expand(batch, heads, q_len, kv_len)  # (B, H, Lq, Lk)
-        probs = nn.functional.dropout(probs, p=dropout, training=self.training)
-        return AttentionOutput(probs @ v, probs if output_weights else None)  # values (B, H, Lq, D)
+        probs = nn.functional.dropout(probs, p=call.dropout) if call.dropout > 0.0 else probs
+        return AttentionOutput(probs @ v, probs if call.output_weights else None)  # values (B, H, Lq, D)
 
 
 @register_attention

@@ -1,48 +1,26 @@
-"""``sparse_strided`` and ``sparse_fixed``: the Sparse Transformer's factorised patterns (Child et al. 2019),
-and the pattern machinery the other fixed-pattern entries (``longformer``, ``etc``, ``bigbird``) share.
+"""Pattern machinery of the fixed-pattern entries (``sparse_strided``, ``sparse_fixed``, ``longformer``,
+``etc``, ``bigbird``).
 
-Both entries use the paper's *merged* form: one head attends to A1 ∪ A2 under a single softmax. With stride
-(or block length) ``l``, for query position i and key position j:
+A :class:`SparsePattern` puts the non-global queries into groups (usually blocks of consecutive tokens) and
+lists :class:`KeySet` s, the keys each group may see (its window, strided or random keys, the global keys).
+:func:`sparse_attention` scores every key set in a compact (group, query, key) layout, concatenates them and
+takes one softmax per query, so the result is dense softmax attention under the union of the key sets as long
+as they are disjoint (they are by construction). Global rows (queries that see every key) are computed apart, O(G L).
 
-* strided, causal (the paper): A1 = {j : 0 <= i - j < l} (the previous l tokens), A2 = {j <= i :
-  (i - j) mod l = 0} (every l-th token before i).
-* fixed, causal (the paper): A1 = {j <= i : floor(j / l) = floor(i / l)} (own block), A2 = {j <= i :
-  j mod l >= l - c} (the last ``c`` "summary" cells of every block).
-* The bidirectional forms (for encoders such as ViT or sequence classification) drop the ``j <= i`` half
-  of every set: strided A1 = {|i - j| < l}, A2 = {(i - j) mod l = 0}; fixed A1 = own block, A2 = every
-  summary cell of the sequence.
-
-Positions count from the first token after the ``prefix_tokens`` (ViT's [CLS]), so with ``stride`` = grid
-width A2 is "the same column". Prefix tokens are global: they attend to every key and every query attends
-to them (causal: only to earlier ones). Lengths are padded to a multiple of ``l`` internally (the padding is
-masked); the last, partial block has no summary cells if its tail positions lie past the end.
-
-Cost: the strided pattern scores O(L (3 l + L / l)) pairs (2 l + L / l causal), the fixed one O(L (l + c L / l)),
-so O(L sqrt(L)) for l ~ sqrt(L); no (L x L) tensor is built outside :meth:`dense_mask` and ``output_weights``.
-
-Not implemented: the interleaved (A1 and A2 in alternate layers) and multi-head (different sets or
-summary offsets per head) combinations of the paper, and its block-sparse GPU kernels.
-
-The machinery (shared with ``longformer``, ``etc`` and ``bigbird``): a :class:`SparsePattern` puts the
-non-global queries into groups (usually blocks of consecutive tokens) and lists :class:`KeySet` s, the keys
-each group may see (its window, strided or random keys, the global keys). :func:`sparse_attention` scores
-every key set in a compact (group, query, key) layout, concatenates them and takes one softmax per query, so
-the result is dense softmax attention under the union of the key sets as long as they are disjoint (they are
-by construction). Global rows (queries that see every key) are computed apart, O(G L).
+An additive bias is read at the (query, key) pairs each key set scores. The dense patterns the tests
+compare with are written from the definitions here too (:func:`with_prefix`, :func:`window_mask`).
 """
 
 from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
-from .registry import AttentionCore, AttentionOutput, Capabilities, raise_problems, register_attention
-from .utils import check_int, key_padding_mask, masked_softmax
+from ._masks import bias_at, key_keep_rows, masked_softmax
+from .registry import AttentionCall, AttentionCore, AttentionOutput, Capabilities
 
 # ----------------------------------------------------------------------------------------------------------
 # pattern machinery
@@ -120,11 +98,15 @@ def _lookup(flags: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
     return flags[positions.clamp(0, max(length - 1, 0))] & inside if length else inside
 
 
-def make_pattern(queries: torch.Tensor, key_sets: list[KeySet], is_global: torch.Tensor, causal: bool) -> SparsePattern:
-    """A pattern where the tokens flagged by ``is_global`` (L,) attend to every key and every query attends to
-    them (causal: only earlier ones). Global pairs leave ``key_sets`` (no double counting) and two pieces are
-    added: a key set of the global keys, and the global rows."""
-    global_positions = is_global.nonzero().flatten()  # (R,)
+def make_pattern(
+    queries: torch.Tensor, key_sets: list[KeySet], global_positions: torch.Tensor, length: int, causal: bool
+) -> SparsePattern:
+    """A pattern over ``length`` tokens where the tokens at ``global_positions`` (R,) (distinct, sorted) attend
+    to every key and every query attends to them (causal: only earlier ones). Global pairs leave ``key_sets``
+    (no double counting) and two pieces are added: a key set of the global keys, and the global rows.
+
+    The positions are given, not found (no ``nonzero``), so that a compiled graph has no data-dependent shape."""
+    is_global = torch.zeros(length, dtype=torch.bool, device=queries.device).index_fill(0, global_positions, True)
     cleaned = []
     for key_set in (ks for ks in key_sets if ks.keys.shape[-1]):  # key sets with no key (r = 0) drop out
         layout = queries.t() if key_set.transposed else queries
@@ -159,10 +141,16 @@ def _group_matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 
 def _key_set_scores(
-    q_groups: torch.Tensor, k: torch.Tensor, key_set: KeySet, key_keep: torch.Tensor | None
+    q_groups: torch.Tensor,
+    k: torch.Tensor,
+    key_set: KeySet,
+    rows: torch.Tensor,
+    key_keep: torch.Tensor | None,
+    bias: torch.Tensor | None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Scores of one key set in the (B, H, G, Q, K) layout of the query groups (masked entries at the lowest
-    finite value), whether each query kept any key (broadcastable to (B, H, G, Q)), and the key positions."""
+    finite value), whether each query kept any key (broadcastable to (B, H, G, Q)), and the key positions.
+    ``rows`` are the query positions in the key set's own layout ((G, Q), or (Q, G) when transposed)."""
     length = k.shape[2]
     present = (key_set.keys >= 0) & (key_set.keys < length)  # ([H,] G, K)
     index = key_set.keys.clamp(0, length - 1)
@@ -173,11 +161,25 @@ def _key_set_scores(
         keep = keep & (padding[:, :, :, None] if key_set.per_head else padding[:, None, :, None])
     queries = q_groups.transpose(2, 3) if key_set.transposed else q_groups  # (B, H, G', Q', D)
     scores = _group_matmul(queries, _gather_rows(k, index, k.shape[1]).transpose(-1, -2))  # (B, H, G', Q', K)
+    if bias is not None:
+        scores = scores + _key_set_bias(bias, key_set, rows, index, k.shape[1]).to(scores.dtype)
     scores = scores.masked_fill(~keep, torch.finfo(scores.dtype).min)
     any_key = keep.any(dim=-1)  # (B or 1, H or 1, G', Q')
     if key_set.transposed:
         scores, any_key = scores.transpose(2, 3), any_key.transpose(-1, -2)
     return scores, any_key, index
+
+
+def _key_set_bias(
+    bias: torch.Tensor, key_set: KeySet, rows: torch.Tensor, index: torch.Tensor, heads: int
+) -> torch.Tensor:
+    """The bias (B', H', L, L) of a key set's pairs, (B', H' or H, G', Q', K) like its scores."""
+    if not key_set.per_head:
+        return bias_at(bias, rows[:, :, None], index[:, None, :])  # (G', Q', 1) x (G' or 1, 1, K)
+    head = torch.arange(heads, device=index.device)[:, None, None, None]  # (H, 1, 1, 1)
+    bias = bias.expand(bias.shape[0], heads, *bias.shape[2:])
+    rows = rows.clamp(0, bias.shape[2] - 1)[None, :, :, None]  # (1, G, Q, 1)
+    return bias[:, head, rows, index.clamp(0, bias.shape[3] - 1)[:, :, None, :]]  # (B', H, G, Q, K)
 
 
 def _dense_weights(
@@ -201,28 +203,24 @@ def _dense_weights(
 
 
 def sparse_attention(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    pattern: SparsePattern,
-    *,
-    key_keep: torch.Tensor | None,
-    scaling: float,
-    dropout: float,
-    output_weights: bool,
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pattern: SparsePattern, call: AttentionCall
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Softmax attention of q over k, v (all (B, H, L, D)) under ``pattern``.
+    """Softmax attention of q over k, v (all (B, H, L, D)) under ``pattern``, with the call's key padding, bias,
+    scaling, dropout and weights request.
 
     The key sets of the query groups are scored in (B, H, G, Q, K) layouts and share one softmax per query;
-    the global rows get a dense softmax of their own. ``key_keep`` (B, L) masks padding keys; a query with no
-    key left gets zeros. Dropout acts on the probabilities. Returns the values (B, H, L, D) and, if asked, the
-    dense (B, H, L, L) probabilities.
+    the global rows get a dense softmax of their own. Padded keys are masked; a query with no key left gets
+    zeros. The bias (B', H', L, L), broadcastable, is added to the logits of the pairs scored. Dropout acts on
+    the probabilities. Returns the values (B, H, L, D) and, if asked, the dense (B, H, L, L) probabilities.
     """
+    key_keep, bias, dropout = call.key_keep, call.bias, call.dropout
     batch, heads, length, dim = q.shape
-    q = q * scaling
+    q = q * call.scaling
     flat = pattern.queries.reshape(-1)  # (G*Q,)
     q_groups = q.index_select(2, flat.clamp(max=length - 1)).view(batch, heads, *pattern.queries.shape, dim)
-    scored = [_key_set_scores(q_groups, k, key_set, key_keep) for key_set in pattern.key_sets]
+    scored = [
+        _key_set_scores(q_groups, k, key_set, pattern.layout(key_set), key_keep, bias) for key_set in pattern.key_sets
+    ]
     scores = torch.cat([s for s, _, _ in scored], dim=-1) if len(scored) > 1 else scored[0][0]  # (B, H, G, Q, K)
     probs = torch.softmax(scores, dim=-1, dtype=torch.promote_types(scores.dtype, torch.float32)).to(v.dtype)
     any_key = functools.reduce(torch.logical_or, [a for _, a, _ in scored])  # (B or 1, H or 1, G, Q)
@@ -236,15 +234,15 @@ def sparse_attention(
         else:
             out = out + _group_matmul(chunk, values)  # (B, H, G, Q, D)
     out = out * any_key[..., None]  # a query whose keys are all masked gets zeros (its softmax was uniform)
-    slots = max(length, int(flat.max()) + 1 if flat.numel() else 0)  # real positions and padding slots
+    slots = length + flat.numel()  # room for every real position and padding slot, without reading the indices
     values = q.new_zeros(batch, heads, slots, dim).index_copy(2, flat, out.flatten(2, 3).to(q.dtype))
     weights = None
-    if output_weights:
+    if call.output_weights:
         kept = [c * any_key[..., None] for c in chunks]
         weights = _dense_weights(pattern, kept, [index for _, _, index in scored], slots, length)[:, :, :length]
     if pattern.global_rows.numel():
         rows = pattern.global_rows
-        row_out, row_probs = _global_rows(q, k, v, rows, key_keep, pattern.causal, dropout)
+        row_out, row_probs = _global_rows(q, k, v, rows, key_keep, pattern.causal, dropout, bias)
         values = values.index_copy(2, rows, row_out)
         weights = None if weights is None else weights.index_copy(2, rows, row_probs)
     return values[:, :, :length], weights
@@ -258,15 +256,18 @@ def _global_rows(
     key_keep: torch.Tensor | None,
     causal: bool,
     dropout: float,
+    bias: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Global queries (rows (R,), q already scaled) attend to every key, only earlier ones when causal.
     Returns values (B, H, R, D) and probabilities (B, H, R, L)."""
-    keep = None if key_keep is None else key_keep[:, None, None, :]  # (B, 1, 1, L)
+    keep = key_keep_rows(key_keep)  # (B, 1, 1, L)
     if causal:
         earlier = torch.arange(k.shape[2], device=k.device)[None, :] <= rows[:, None]  # (R, L)
         keep = earlier if keep is None else keep & earlier
     scores = torch.matmul(q.index_select(2, rows), k.transpose(-1, -2))  # (B, H, R, L)
-    probs = masked_softmax(scores, keep)
+    if bias is not None:
+        bias = bias_at(bias, rows[:, None], torch.arange(k.shape[2], device=k.device)[None, :])  # (B', H', R, L)
+    probs = masked_softmax(scores, keep, bias=bias)
     probs = F.dropout(probs, p=dropout) if dropout > 0.0 else probs
     return torch.matmul(probs, v), probs
 
@@ -301,8 +302,7 @@ class SparsePatternAttention(AttentionCore):
     """Base of the fixed-pattern entries: self-attention under the pattern of :meth:`pattern`.
 
     Subclasses build the :class:`SparsePattern` for a length (and :meth:`dense_mask`, the same pattern written
-    from its definition); this class checks the call, extracts the key padding mask and runs
-    :func:`sparse_attention`.
+    from its definition); this class runs :func:`sparse_attention` on it.
     """
 
     def pattern(self, length: int, causal: bool, prefix_tokens: int, device) -> SparsePattern:
@@ -315,53 +315,13 @@ class SparsePatternAttention(AttentionCore):
         problems = super().length_problems(q_len, kv_len, grid, prefix_tokens)
         if q_len != kv_len:
             problems.append(f"it attends within one sequence, so kv_len ({kv_len}) must equal q_len ({q_len})")
-        if prefix_tokens < 0:
-            problems.append(f"prefix_tokens must be >= 0, got {prefix_tokens}")
         return problems
 
-    def call_problems(
-        self, q: torch.Tensor, k: torch.Tensor, causal: bool, state: Any, prefix_tokens: int
-    ) -> list[str]:
-        """Every reason a direct call cannot be served (the owning layer checks the same beforehand)."""
-        problems = []
-        if causal and not self.capabilities.causal:
-            problems.append("it does not support causal (autoregressive) masking")
-        if state is not None:
-            problems.append("it carries no memory from a previous call (state must be None)")
-        return problems + self.length_problems(q.shape[2], k.shape[2], None, prefix_tokens)
-
-    def forward(
-        self,
-        q: torch.Tensor,
-        k: torch.Tensor,
-        v: torch.Tensor,
-        attention_mask: torch.Tensor | None = None,
-        causal: bool = False,
-        grid: tuple[int, int] | None = None,
-        state: Any = None,
-        *,
-        dropout: float = 0.0,
-        scaling: float | None = None,
-        output_weights: bool = False,
-        module: nn.Module | None = None,
-        prefix_tokens: int = 0,
-    ) -> AttentionOutput:
-        """``grid`` is not needed (the pattern is 1-D); see :class:`AttentionCore` for the arguments."""
-        raise_problems(self.name, self.call_problems(q, k, causal, state, prefix_tokens))
-        batch, _, length, _ = q.shape
-        key_keep = key_padding_mask(attention_mask, batch, length, self.name)  # (B, L) or None
-        pattern = self.pattern(length, causal, min(prefix_tokens, length), q.device)
-        training = (self if module is None else module).training
-        values, weights = sparse_attention(
-            q,
-            k,
-            v,
-            pattern,
-            key_keep=key_keep,
-            scaling=q.shape[-1] ** -0.5 if scaling is None else scaling,
-            dropout=dropout if training else 0.0,
-            output_weights=output_weights,
-        )
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, call: AttentionCall) -> AttentionOutput:
+        """``grid`` is not needed (the pattern is 1-D)."""
+        length = q.shape[2]
+        pattern = self.pattern(length, call.causal, min(call.prefix_tokens, length), q.device)
+        values, weights = sparse_attention(q, k, v, pattern, call)
         return AttentionOutput(values, weights)
 
 
@@ -387,125 +347,43 @@ SPARSE_CAPABILITIES = Capabilities(
     padding_mask=True,
     causal=True,
     returns_weights=True,
+    attention_bias=True,
     length_constraint="self-attention (kv_len == q_len); any length, padded internally to a multiple of the "
     "stride / block",
 )
 
 
-# ----------------------------------------------------------------------------------------------------------
-# the Sparse Transformer entries
-# ----------------------------------------------------------------------------------------------------------
+def window_pattern(
+    length: int, prefix_tokens: int, window: int, dilation: int, num_global: int, causal: bool, device
+) -> SparsePattern:
+    """The pattern of a dilated sliding window of one-sided width ``window`` over the tokens after the prefix,
+    with the prefix and the first ``num_global`` tokens after it global (``longformer`` and ``etc``)."""
+    body = length - prefix_tokens
+    block = max(window, 1)  # queries per block; radius 0 still needs one
+    sub_blocks = -(-body // (block * dilation))  # blocks per subsequence
+    # Subsequence s holds positions s, s + d, s + 2d, ...; t is the index within the subsequence.
+    t_query = torch.arange(sub_blocks * block, device=device).view(sub_blocks, block)  # (N, w)
+    t_key = neighbour_positions(sub_blocks, block, 1, 0 if causal else 1, device)  # (N, 2w or 3w)
+    gap = t_query[:, :, None] - t_key[:, None, :]  # (N, w, W) distance within the subsequence
+    keep = (gap <= window) & (gap >= (0 if causal else -window))  # (N, w, W)
+    residue = torch.arange(dilation, device=device)[:, None, None]  # (d, 1, 1)
+    queries = (residue + dilation * t_query[None]).flatten(0, 1)  # (d*N, w) body positions
+    keys = torch.where(t_key[None] >= 0, residue + dilation * t_key[None], -1).flatten(0, 1)  # (d*N, W)
+    keep = keep.repeat(dilation, 1, 1)  # (d*N, w, W)
+    global_positions = torch.arange(min(length, prefix_tokens + num_global), device=device)
+    key_set = KeySet(shift_body(keys, body, prefix_tokens), keep)
+    return make_pattern(queries + prefix_tokens, [key_set], global_positions, length, causal)
 
 
-@register_attention
-class StridedSparseAttention(SparsePatternAttention):
-    """Sparse Transformer, strided pattern, merged (A1 ∪ A2 in one head); see the module docstring.
-
-    Args:
-        stride: l, the local width and the stride (paper: l ~ sqrt(L); 128 suits sequences of ~16K tokens,
-            the grid width suits images).
-
-    Exact: ``stride >= length`` (A1 then covers every key, causal or not).
-    """
-
-    name = "sparse_strided"
-    capabilities = SPARSE_CAPABILITIES
-    small_kwargs = {"stride": 4}
-
-    def __init__(self, num_heads: int, head_dim: int, stride: int = 128):
-        super().__init__(num_heads, head_dim)
-        self.stride = check_int(self.name, "stride", stride, 1)
-
-    @classmethod
-    def exact_kwargs(cls, length: int, grid: tuple[int, int] | None = None) -> dict[str, Any]:
-        return {"stride": max(1, length)}
-
-    def pattern(self, length: int, causal: bool, prefix_tokens: int, device) -> SparsePattern:
-        body, stride = length - prefix_tokens, self.stride
-        blocks = -(-body // stride)
-        queries = block_positions(blocks, stride, device)  # (N, l)
-        # A1: the band |i - j| < l, from the block itself and its neighbour(s).
-        keys = neighbour_positions(blocks, stride, 1, 0 if causal else 1, device)  # (N, 2l or 3l)
-        distance = queries[:, :, None] - keys[:, None, :]  # (N, l, W) i - j
-        band = (distance < stride) & (distance > (-1 if causal else -stride))
-        # A2: the keys with the query's residue mod l, i.e. the query's column of the block layout (a
-        # transposed key set); i itself is already in A1.
-        residues = queries.t()  # (l, N): row r holds the positions r, r + l, ...
-        strided = residues[:, :, None] != residues[:, None, :]  # (l, N, N)
-        if causal:
-            strided = strided & (residues[:, None, :] <= residues[:, :, None])
-        key_sets = [
-            KeySet(shift_body(keys, body, prefix_tokens), band),
-            KeySet(shift_body(residues, body, prefix_tokens), strided, transposed=True),
-        ]
-        is_global = torch.arange(length, device=device) < prefix_tokens
-        return make_pattern(queries + prefix_tokens, key_sets, is_global, causal)
-
-    def dense_mask(self, q, k, causal=False, grid=None, prefix_tokens=0) -> torch.Tensor:
-        i, j = positions_after_prefix(q.shape[2], prefix_tokens, q.device)
-        gap = i - j
-        if causal:
-            rule = (gap >= 0) & ((gap < self.stride) | (gap % self.stride == 0))
-        else:
-            rule = (gap.abs() < self.stride) | (gap % self.stride == 0)
-        return with_prefix(rule, prefix_tokens, causal)
-
-
-@register_attention
-class FixedSparseAttention(SparsePatternAttention):
-    """Sparse Transformer, fixed pattern, merged (A1 ∪ A2 in one head); see the module docstring.
-
-    Args:
-        block_size: l, the block length (paper, EnWik8: 128).
-        summary_cells: c, the cells at the end of every block that all later (or, bidirectional, all)
-            queries see (paper, EnWik8: 32); 1 <= c <= l.
-
-    Exact: ``block_size >= length`` (one block: full attention, lower-triangular when causal).
-    """
-
-    name = "sparse_fixed"
-    capabilities = SPARSE_CAPABILITIES
-    small_kwargs = {"block_size": 4, "summary_cells": 1}
-
-    def __init__(self, num_heads: int, head_dim: int, block_size: int = 128, summary_cells: int = 32):
-        super().__init__(num_heads, head_dim)
-        self.block_size = check_int(self.name, "block_size", block_size, 1)
-        self.summary_cells = check_int(self.name, "summary_cells", summary_cells, 1)
-        if summary_cells > block_size:
-            raise ValueError(
-                f"attention_type={self.name!r}: summary_cells ({summary_cells}) must not exceed block_size "
-                f"({block_size})"
-            )
-
-    @classmethod
-    def exact_kwargs(cls, length: int, grid: tuple[int, int] | None = None) -> dict[str, Any]:
-        return {"block_size": max(1, length), "summary_cells": 1}
-
-    def pattern(self, length: int, causal: bool, prefix_tokens: int, device) -> SparsePattern:
-        body, block, cells = length - prefix_tokens, self.block_size, self.summary_cells
-        blocks = -(-body // block)
-        queries = block_positions(blocks, block, device)  # (N, l)
-        # A1: the own block.
-        own = torch.ones(1, block, block, dtype=torch.bool, device=device)
-        if causal:
-            own = torch.ones(block, block, dtype=torch.bool, device=device).tril()[None]
-        # A2: the summary cells of the other blocks (those of the own block are in A1).
-        summary = queries[:, block - cells :].reshape(1, -1)  # (1, N*c), seen by every block
-        other = (summary[:, None, :] // block) != (queries[:, :, None] // block)  # (N, l, N*c)
-        if causal:
-            other = other & (summary[:, None, :] <= queries[:, :, None])
-        key_sets = [
-            KeySet(shift_body(queries, body, prefix_tokens), own),
-            KeySet(shift_body(summary, body, prefix_tokens), other),
-        ]
-        is_global = torch.arange(length, device=device) < prefix_tokens
-        return make_pattern(queries + prefix_tokens, key_sets, is_global, causal)
-
-    def dense_mask(self, q, k, causal=False, grid=None, prefix_tokens=0) -> torch.Tensor:
-        i, j = positions_after_prefix(q.shape[2], prefix_tokens, q.device)
-        block = self.block_size
-        rule = (i // block == j // block) | (j % block >= block - self.summary_cells)
-        rule = rule & (i >= 0) & (j >= 0)  # prefix pairs come from with_prefix
-        if causal:
-            rule = rule & (j <= i)
-        return with_prefix(rule, prefix_tokens, causal)
+def window_mask(
+    length: int, prefix_tokens: int, window: int, dilation: int, num_global: int, causal: bool, device
+) -> torch.Tensor:
+    """The same pattern as :func:`window_pattern`, written from its definition: (1, 1, L, L) bool."""
+    i, j = positions_after_prefix(length, prefix_tokens, device)
+    gap = i - j
+    keep = (gap.abs() <= window * dilation) & (gap % dilation == 0)
+    is_global = torch.arange(length, device=device) < prefix_tokens + num_global
+    keep = keep | is_global[:, None] | is_global[None, :]
+    if causal:
+        keep = keep & (gap >= 0)
+    return keep[None, None]
