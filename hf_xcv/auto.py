@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from transformers import (
     AutoConfig,
@@ -17,21 +19,39 @@ from transformers import (
 from transformers.models.auto.image_processing_auto import IMAGE_PROCESSOR_MAPPING
 
 from .models.transformer import TransformerConfig, TransformerForConditionalGeneration, TransformerModel
+from .models.transformer.modeling_transformer import transformer_dummy_inputs
 from .models.transformer.tokenization_transformer import TransformerTokenizerFast
 from .models.vit import ViTConfig, ViTForImageClassification, ViTImageProcessor, ViTModel
+from .models.vit.modeling_vit import vit_dummy_inputs
 from .models.xformer import XFormerConfig, XFormerForCausalLM, XFormerForSequenceClassification, XFormerModel
+from .models.xformer.modeling_xformer import xformer_dummy_inputs
 
 
 @dataclass(frozen=True)
 class ModelEntry:
-    """Everything hf_xcv registers for one model_type."""
+    """Everything hf_xcv registers for one model_type, and what the registry-driven tests need to check it.
+
+    Attributes:
+        config, base_model, heads (Auto class name -> model class), image_processor, tokenizer: what the Auto
+            classes resolve.
+        test_preset: the tiny preset the registry-driven tests build.
+        dummy_inputs: ``dummy_inputs(model, *, batch=2, labels=True, padded=True) -> dict`` of forward keyword
+            arguments for any model of the type (labels for its task when ``labels``; padding where the inputs
+            have any when ``padded``). Any kind of input goes: pixels, token ids, masks, lists of box
+            dictionaries, a task name.
+        attention_test_overrides: config overrides under which every parameter of a task model gets a
+            gradient with any attention entry (e.g. ViT pools by mean: with [CLS] pooling, the last layer's
+            patch tokens rightly feed nothing, and a core's part that only they reach gets no gradient).
+    """
 
     config: type[PretrainedConfig]
     base_model: type
-    heads: dict[str, type] = field(default_factory=dict)  # Auto class name -> model class
+    heads: dict[str, type] = field(default_factory=dict)
     image_processor: type | None = None
     tokenizer: type | None = None
-    test_preset: str = ""  # tiny preset the registry-driven tests build
+    test_preset: str = ""
+    dummy_inputs: Callable[..., dict[str, Any]] | None = None
+    attention_test_overrides: dict[str, Any] = field(default_factory=dict)
 
     @property
     def model_type(self) -> str:
@@ -47,6 +67,8 @@ MODEL_TYPES: dict[str, ModelEntry] = {
             heads={"AutoModelForImageClassification": ViTForImageClassification},
             image_processor=ViTImageProcessor,
             test_preset="vit-test-tiny",
+            dummy_inputs=vit_dummy_inputs,
+            attention_test_overrides={"pooling": "mean"},
         ),
         ModelEntry(
             config=TransformerConfig,
@@ -54,6 +76,7 @@ MODEL_TYPES: dict[str, ModelEntry] = {
             heads={"AutoModelForSeq2SeqLM": TransformerForConditionalGeneration},
             tokenizer=TransformerTokenizerFast,
             test_preset="transformer-test-tiny",
+            dummy_inputs=transformer_dummy_inputs,
         ),
         ModelEntry(
             config=XFormerConfig,
@@ -63,11 +86,13 @@ MODEL_TYPES: dict[str, ModelEntry] = {
                 "AutoModelForCausalLM": XFormerForCausalLM,
             },
             test_preset="xformer-test-tiny",
+            dummy_inputs=xformer_dummy_inputs,
         ),
     ]
 }
 
-_AUTO_HEADS = {
+# The Auto classes hf_xcv registers task models with, by name (the keys of ModelEntry.heads).
+AUTO_CLASSES = {
     "AutoModelForImageClassification": AutoModelForImageClassification,
     "AutoModelForSeq2SeqLM": AutoModelForSeq2SeqLM,
     "AutoModelForSequenceClassification": AutoModelForSequenceClassification,
@@ -81,7 +106,7 @@ def register_auto_classes() -> None:
         AutoConfig.register(model_type, entry.config, exist_ok=True)
         AutoModel.register(entry.config, entry.base_model, exist_ok=True)
         for auto_name, model_class in entry.heads.items():
-            _AUTO_HEADS[auto_name].register(entry.config, model_class, exist_ok=True)
+            AUTO_CLASSES[auto_name].register(entry.config, model_class, exist_ok=True)
         if entry.image_processor is not None:
             # Registered on the mapping itself: AutoImageProcessor.register matches configs by class name and
             # would merge in transformers' processors of the same-named ViTConfig.

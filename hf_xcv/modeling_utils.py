@@ -12,6 +12,7 @@ with a warning. For hf_xcv that would hide a broken or mismatched checkpoint, so
 
 from __future__ import annotations
 
+import inspect
 import logging
 import os
 import pickle
@@ -23,6 +24,7 @@ from torch import nn
 from transformers import PreTrainedModel
 from transformers import initialization as init
 
+from .configuration_utils import check_attention_serves
 from .conversion import (
     CorruptCheckpointError,
     convert_checkpoint,
@@ -46,7 +48,18 @@ def _show(keys: list[str]) -> str:
 
 
 class XcvPreTrainedModel(PreTrainedModel):
-    """PreTrainedModel with conversion on load and strict weight checks (see the module docstring)."""
+    """PreTrainedModel with conversion on load and strict weight checks (see the module docstring), the
+    attention requests of the model, and one policy for extra keyword arguments (:meth:`take_kwargs`)."""
+
+    # What the model asks of its attention core: the keyword requests of hf_xcv.attention.capability_problems
+    # ({"causal": True}, {"grid_available": True}, ...), checked at construction; None when the class serves no
+    # single request set (a bare backbone that both causal and bidirectional heads wrap). The registry-driven
+    # tests read it to know which entries each model serves.
+    attention_requests: ClassVar[dict[str, Any] | None] = None
+    attention_role: ClassVar[str] = "this model"  # the model in words, for the refusal ("a ViT encoder")
+    # The pass-through keyword arguments (what transformers' Trainer and generate() send through **kwargs) this
+    # class honours, e.g. {"num_items_in_batch"} for a loss normalised over gradient accumulation.
+    _honoured_kwargs: ClassVar[frozenset[str]] = frozenset()
 
     # Top-level modules of task heads across a family (e.g. "classifier"): their weights may be
     # missing from a checkpoint (a new head) or left over (a head this class does not have).
@@ -109,6 +122,30 @@ class XcvPreTrainedModel(PreTrainedModel):
             raise
         model._check_loading_info(info, path)
         return (model, info) if want_info else model
+
+    def __init__(self, config, *inputs: Any, **kwargs: Any):
+        super().__init__(config, *inputs, **kwargs)
+        if self.attention_requests is not None:
+            check_attention_serves(config.attention_type, self.attention_requests, self.attention_role)
+
+    def take_kwargs(self, kwargs: dict[str, Any]) -> dict[str, Any]:
+        """The keyword arguments of a ``forward(**kwargs)`` call that this model honours (``_honoured_kwargs``,
+        e.g. ``num_items_in_batch`` for its loss), for the caller to pass on.
+
+        Nothing is silently dropped: any other key with a value is refused with the names the model accepts
+        (its explicit parameters and the honoured keys). A None value passes nothing and is ignored, as
+        transformers sends ``None`` for arguments it does not use.
+        """
+        unknown = sorted(key for key, value in kwargs.items() if value is not None and key not in self._honoured_kwargs)
+        if unknown:
+            explicit = [
+                name for name in inspect.signature(type(self).forward).parameters if name not in ("self", "kwargs")
+            ]
+            raise ValueError(
+                f"{type(self).__name__}.forward got unexpected arguments {unknown}; it accepts "
+                f"{sorted(set(explicit) | self._honoured_kwargs)}"
+            )
+        return {key: value for key, value in kwargs.items() if value is not None}
 
     def _resolve_outputs(self, output_attentions: bool | None, output_hidden_states: bool | None) -> tuple[bool, bool]:
         """The call's ``output_attentions`` / ``output_hidden_states``, falling back to the config's."""

@@ -7,26 +7,13 @@ from __future__ import annotations
 
 import pytest
 import torch
-from transformers import (
-    AutoConfig,
-    AutoModel,
-    AutoModelForCausalLM,
-    AutoModelForImageClassification,
-    AutoModelForSeq2SeqLM,
-    AutoModelForSequenceClassification,
-)
+from transformers import AutoConfig, AutoModel
 
 import hf_xcv
 from hf_xcv import MODEL_TYPES, preset_config
-from hf_xcv.attention import available_attention_types, get_attention_class
-from hf_xcv.layers import to_pair
+from hf_xcv.attention import available_attention_types, capability_problems, get_attention_class
+from hf_xcv.auto import AUTO_CLASSES
 
-AUTO_CLASSES = {
-    "AutoModelForImageClassification": AutoModelForImageClassification,
-    "AutoModelForSeq2SeqLM": AutoModelForSeq2SeqLM,
-    "AutoModelForSequenceClassification": AutoModelForSequenceClassification,
-    "AutoModelForCausalLM": AutoModelForCausalLM,
-}
 MODEL_CASES = [
     (model_type, cls) for model_type, entry in MODEL_TYPES.items() for cls in [entry.base_model, *entry.heads.values()]
 ]
@@ -40,47 +27,9 @@ def tiny_config(model_type: str, **overrides):
     return preset_config(MODEL_TYPES[model_type].test_preset, num_labels=3, **overrides)
 
 
-def make_inputs(model, batch: int = 2, labels: bool = True, padded: bool = True) -> dict[str, torch.Tensor]:
-    config = model.config
-    if config.is_encoder_decoder:
-        return make_seq2seq_inputs(config, batch, labels and hasattr(model, "lm_head"))
-    if model.main_input_name == "input_ids":
-        return make_sequence_inputs(model, batch, labels, padded)
-    height, width = to_pair(config.image_size)
-    inputs = {model.main_input_name: torch.randn(batch, config.num_channels, height, width)}
-    if labels and hasattr(model, "num_labels"):
-        inputs["labels"] = torch.randint(0, config.num_labels, (batch,))
-    return inputs
-
-
-def make_seq2seq_inputs(config, batch: int, labels: bool) -> dict[str, torch.Tensor]:
-    """Source ids with padding in the last row, a target prefix, and (optionally) labels."""
-    generator = torch.Generator().manual_seed(0)
-    source = torch.randint(4, config.vocab_size, (batch, 7), generator=generator)
-    mask = torch.ones_like(source)
-    mask[-1, 5:] = 0
-    target = torch.randint(4, config.decoder_vocab_size, (batch, 5), generator=generator)
-    inputs = {"input_ids": source.masked_fill(mask == 0, config.pad_token_id), "attention_mask": mask}
-    inputs["decoder_input_ids"] = torch.cat([torch.full((batch, 1), config.decoder_start_token_id), target[:, :-1]], 1)
-    if labels:
-        inputs["labels"] = target
-    return inputs
-
-
-def make_sequence_inputs(model, batch: int, labels: bool, padded: bool, length: int = 16) -> dict[str, torch.Tensor]:
-    """Token ids (the last row padded after 11 tokens when ``padded``) and labels for the model's task."""
-    config = model.config
-    generator = torch.Generator().manual_seed(0)
-    ids = torch.randint(4, config.vocab_size, (batch, length), generator=generator)
-    mask = torch.ones_like(ids)
-    if padded:
-        mask[-1, 11:] = 0
-    inputs = {"input_ids": ids.masked_fill(mask == 0, config.pad_token_id), "attention_mask": mask}
-    if labels and hasattr(model, "lm_head"):
-        inputs["labels"] = inputs["input_ids"].masked_fill(mask == 0, -100)
-    elif labels and hasattr(model, "num_labels"):
-        inputs["labels"] = torch.randint(0, config.num_labels, (batch,), generator=generator)
-    return inputs
+def make_inputs(model, batch: int = 2, labels: bool = True, padded: bool = True) -> dict:
+    """The model type's own dummy inputs, from its registry entry."""
+    return MODEL_TYPES[model.config.model_type].dummy_inputs(model, batch=batch, labels=labels, padded=padded)
 
 
 def stack_outputs(outputs) -> tuple[tuple, tuple]:
@@ -91,7 +40,8 @@ def stack_outputs(outputs) -> tuple[tuple, tuple]:
 
 
 def main_output(outputs) -> torch.Tensor:
-    return outputs.logits if hasattr(outputs, "logits") else outputs.last_hidden_state
+    """The first tensor of an output after the loss: logits, last_hidden_state, a reconstruction, ..."""
+    return next(value for key, value in outputs.items() if key != "loss" and isinstance(value, torch.Tensor))
 
 
 @pytest.fixture(params=MODEL_CASES, ids=case_id)
@@ -100,10 +50,12 @@ def model_case(request):
     return model_type, cls
 
 
-def test_every_model_type_has_a_test_preset():
+def test_every_model_type_has_a_test_preset_and_its_dummy_inputs():
     for model_type, entry in MODEL_TYPES.items():
         assert entry.test_preset in hf_xcv.PRESETS, model_type
         assert hf_xcv.PRESETS[entry.test_preset].model_type == model_type
+        assert callable(entry.dummy_inputs), model_type
+        assert set(entry.heads) <= set(AUTO_CLASSES), model_type
 
 
 def test_forward_backward_every_parameter_gets_a_gradient(model_case):
@@ -220,32 +172,24 @@ def test_no_split_modules_and_gradient_checkpointing_are_declared(model_case):
     assert model.supports_gradient_checkpointing
 
 
-# Which attention entries each task model can serve, from the entries' declared capabilities.
-SERVES = {
-    "ViTForImageClassification": lambda caps: not caps.requires_causal,
-    "TransformerForConditionalGeneration": lambda caps: caps.padding_mask and caps.causal and caps.cross_attention,
-    "XFormerForSequenceClassification": lambda caps: not caps.needs_grid and not caps.requires_causal,
-    "XFormerForCausalLM": lambda caps: caps.causal and not caps.needs_grid,
-}
 HEADS = [(model_type, auto_name, head) for model_type, e in MODEL_TYPES.items() for auto_name, head in e.heads.items()]
 
 
+def serves(head: type, attention_type: str) -> bool:
+    """Whether a task model serves an entry: its declared attention requests against the entry's capabilities."""
+    return not capability_problems(attention_type, **head.attention_requests)
+
+
 def test_every_task_model_states_which_attention_entries_it_serves():
-    assert {head.__name__ for _, _, head in HEADS} == set(SERVES)
+    assert all(head.attention_requests is not None for _, _, head in HEADS)
     for name in available_attention_types():
-        caps = get_attention_class(name).capabilities
-        assert any(SERVES[head.__name__](caps) for _, _, head in HEADS), f"no model serves {name!r}"
+        assert any(serves(head, name) for _, _, head in HEADS), f"no model serves {name!r}"
 
 
 def entry_config(model_type: str, attention_type: str):
     kwargs = get_attention_class(attention_type).small_kwargs
     overrides = {"attention_type": attention_type, "attention_kwargs": dict(kwargs)}
-    if model_type == "xcv_vit":
-        # Mean pooling makes every token of the last layer count. With [CLS] pooling only [CLS] does, and a
-        # core whose prefix tokens bypass a learned part (memory_compressed's compression) rightly leaves that
-        # part of the last layer without gradient.
-        overrides["pooling"] = "mean"
-    return tiny_config(model_type, **overrides)
+    return tiny_config(model_type, **overrides, **MODEL_TYPES[model_type].attention_test_overrides)
 
 
 def run_loss(model, inputs, stateful: bool):
@@ -264,7 +208,7 @@ def test_every_attention_entry_trains_saves_and_reloads_in_every_model(head_case
     gradient; saves; reloads through the Auto class to the same outputs), and the others refuse it by name."""
     model_type, auto_name, head = head_case
     caps = get_attention_class(attention_type).capabilities
-    if not SERVES[head.__name__](caps):
+    if not serves(head, attention_type):
         with pytest.raises(ValueError, match=f"attention_type={attention_type!r}"):
             head(entry_config(model_type, attention_type))
         return
@@ -282,6 +226,6 @@ def test_every_attention_entry_trains_saves_and_reloads_in_every_model(head_case
     inputs = make_inputs(model, labels=False, padded=caps.padding_mask)
     with torch.no_grad():
         torch.manual_seed(1)
-        expected = model(**inputs).logits
+        expected = main_output(model(**inputs))
         torch.manual_seed(1)
-        assert torch.equal(expected, reloaded(**inputs).logits)
+        assert torch.equal(expected, main_output(reloaded(**inputs)))

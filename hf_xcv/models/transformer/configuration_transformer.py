@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...attention import check_capabilities
 from ...configuration_utils import (
     XcvConfig,
     check_activation,
     check_attention,
+    check_attention_serves,
     check_bool,
     check_choice,
     check_int,
@@ -18,6 +18,9 @@ from ...configuration_utils import (
 from ...layers import SINUSOIDAL_LAYOUTS
 
 POSITION_EMBEDDING_TYPES = ("sinusoidal", "learned")
+# What the encoder-decoder asks of its attention core: padded sources, the causal decoder, attention over the
+# encoder output (the models declare it too).
+TRANSFORMER_ATTENTION_REQUESTS = {"padding_mask": True, "causal": True, "cross_attention": True}
 _FLAGS = ("share_encoder_decoder_embeddings", "tie_word_embeddings", "scale_embedding", "normalize_before")
 _FLAGS += ("lm_head_bias", "use_cache")
 _TOKEN_IDS = ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id")
@@ -140,10 +143,7 @@ class TransformerConfig(XcvConfig):
         check_positive_float("init_std", self.init_std)
         self._check_token_ids()
         check_attention(self.attention_type, self.attention_kwargs, self.attention_dropout)
-        try:  # the decoder needs all three; name every one the chosen core lacks
-            check_capabilities(self.attention_type, padding_mask=True, causal=True, cross_attention=True)
-        except ValueError as err:
-            raise ValueError(f"attention_type={self.attention_type!r} cannot serve an encoder-decoder: {err}") from err
+        check_attention_serves(self.attention_type, TRANSFORMER_ATTENTION_REQUESTS, "an encoder-decoder")
 
     def _check_token_ids(self) -> None:
         for name in _TOKEN_IDS:

@@ -29,7 +29,7 @@ from ...attention import MultiHeadAttention
 from ...layers import Mlp, SinusoidalPositionEmbedding
 from ...losses import label_smoothed_loss
 from ...modeling_utils import XcvPreTrainedModel, init_sequence_model_weights
-from .configuration_transformer import TransformerConfig
+from .configuration_transformer import TRANSFORMER_ATTENTION_REQUESTS, TransformerConfig
 
 
 def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.Tensor:
@@ -158,7 +158,7 @@ class TransformerEncoderLayer(TransformerBlock):
         self.self_attn_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
 
     def forward(
-        self, hidden_states: torch.Tensor, keep: torch.Tensor | None = None, output_attentions: bool = False
+        self, hidden_states: torch.Tensor, *, keep: torch.Tensor | None = None, output_attentions: bool = False
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         weights = []
 
@@ -185,6 +185,7 @@ class TransformerDecoderLayer(TransformerBlock):
         self,
         hidden_states: torch.Tensor,
         encoder_hidden_states: torch.Tensor,
+        *,
         self_keep: torch.Tensor | None = None,
         cross_keep: torch.Tensor | None = None,
         cache: Cache | None = None,
@@ -221,20 +222,22 @@ class TransformerEncoder(TransformerStack):
     def forward(
         self,
         input_ids: torch.Tensor | None = None,
+        *,
         attention_mask: torch.Tensor | None = None,
         inputs_embeds: torch.Tensor | None = None,
         output_attentions: bool = False,
         output_hidden_states: bool = False,
         return_dict: bool = True,
-        **kwargs: Any,
     ) -> BaseModelOutput:
+        """Called by the model and by ``generate`` (``get_encoder()(input_ids, attention_mask=...,
+        return_dict=True)``); tuples are never returned."""
         hidden_states = self.embed(input_ids, inputs_embeds)  # (B, S, d_model)
         keep = padding_keep_mask(attention_mask, hidden_states.shape[1], "attention_mask")
         check_not_empty(keep, "attention_mask")
         all_hidden, all_attentions = [], []
         for layer in self.layers:
             all_hidden.append(hidden_states)
-            hidden_states, weights = layer(hidden_states, keep, output_attentions)
+            hidden_states, weights = layer(hidden_states, keep=keep, output_attentions=output_attentions)
             all_attentions.append(weights)
         hidden_states = self.finish(hidden_states)
         return BaseModelOutput(
@@ -254,6 +257,7 @@ class TransformerDecoder(TransformerStack):
     def forward(
         self,
         input_ids: torch.Tensor | None = None,
+        *,
         attention_mask: torch.Tensor | None = None,
         encoder_hidden_states: torch.Tensor | None = None,
         encoder_attention_mask: torch.Tensor | None = None,
@@ -280,7 +284,12 @@ class TransformerDecoder(TransformerStack):
         for layer in self.layers:
             all_hidden.append(hidden_states)
             hidden_states, w_self, w_cross = layer(
-                hidden_states, encoder_hidden_states, self_keep, cross_keep, cache, output_attentions
+                hidden_states,
+                encoder_hidden_states,
+                self_keep=self_keep,
+                cross_keep=cross_keep,
+                cache=cache,
+                output_attentions=output_attentions,
             )
             self_weights.append(w_self)
             cross_weights.append(w_cross)
@@ -303,6 +312,8 @@ class TransformerPreTrainedModel(XcvPreTrainedModel):
     _no_split_modules = ["TransformerEncoderLayer", "TransformerDecoderLayer"]
     _supports_sdpa = True  # flash / flex take no dense padding mask in the `full` core, and both stacks pass one
     _task_head_modules = ("lm_head",)
+    attention_requests = TRANSFORMER_ATTENTION_REQUESTS
+    attention_role = "an encoder-decoder"
 
     def _init_weights(self, module: nn.Module) -> None:
         init_sequence_model_weights(module, self.config.init_std)
@@ -347,6 +358,7 @@ class TransformerModel(TransformerPreTrainedModel):
         attention_mask: torch.Tensor | None = None,
         decoder_input_ids: torch.Tensor | None = None,
         decoder_attention_mask: torch.Tensor | None = None,
+        *,
         encoder_outputs: BaseModelOutput | tuple[torch.Tensor, ...] | None = None,
         cache: Cache | None = None,
         inputs_embeds: torch.Tensor | None = None,
@@ -369,25 +381,30 @@ class TransformerModel(TransformerPreTrainedModel):
             last_hidden_state (batch, target_length, d_model), cache, encoder_last_hidden_state, and the
             hidden states / attention maps of both stacks on request.
         """
+        self.take_kwargs(kwargs)
         output_attentions, output_hidden_states = self._resolve_outputs(output_attentions, output_hidden_states)
         if decoder_input_ids is None and decoder_inputs_embeds is None:
             raise ValueError("pass decoder_input_ids (the target prefix) or, to the generation model, labels")
         if encoder_outputs is None:
             encoder_outputs = self.encoder(
-                input_ids, attention_mask, inputs_embeds, output_attentions, output_hidden_states
+                input_ids,
+                attention_mask=attention_mask,
+                inputs_embeds=inputs_embeds,
+                output_attentions=output_attentions,
+                output_hidden_states=output_hidden_states,
             )
         elif not isinstance(encoder_outputs, BaseModelOutput):
             encoder_outputs = BaseModelOutput(*encoder_outputs)
         decoded = self.decoder(
             decoder_input_ids,
-            decoder_attention_mask,
-            encoder_outputs.last_hidden_state,
-            attention_mask,
-            cache,
-            decoder_inputs_embeds,
-            self.config.use_cache if use_cache is None else use_cache,
-            output_attentions,
-            output_hidden_states,
+            attention_mask=decoder_attention_mask,
+            encoder_hidden_states=encoder_outputs.last_hidden_state,
+            encoder_attention_mask=attention_mask,
+            cache=cache,
+            inputs_embeds=decoder_inputs_embeds,
+            use_cache=self.config.use_cache if use_cache is None else use_cache,
+            output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
         )
         return Seq2SeqModelOutput(
             last_hidden_state=decoded.last_hidden_state,
@@ -405,6 +422,7 @@ class TransformerForConditionalGeneration(TransformerPreTrainedModel, Generation
     """Encoder-decoder with the output projection to the target vocabulary; ``generate`` translates."""
 
     _is_task_model = True
+    _honoured_kwargs = frozenset({"num_items_in_batch"})  # Trainer's loss normalisation
 
     def __init__(self, config: TransformerConfig):
         super().__init__(config)
@@ -437,6 +455,7 @@ class TransformerForConditionalGeneration(TransformerPreTrainedModel, Generation
         attention_mask: torch.Tensor | None = None,
         decoder_input_ids: torch.Tensor | None = None,
         decoder_attention_mask: torch.Tensor | None = None,
+        *,
         encoder_outputs: BaseModelOutput | tuple[torch.Tensor, ...] | None = None,
         cache: Cache | None = None,
         inputs_embeds: torch.Tensor | None = None,
@@ -446,19 +465,20 @@ class TransformerForConditionalGeneration(TransformerPreTrainedModel, Generation
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
         return_dict: bool | None = None,
-        num_items_in_batch: int | torch.Tensor | None = None,
         **kwargs: Any,
     ) -> Seq2SeqLMOutput:
         r"""
         Args:
             labels: (batch, target_length) target ids ending in ``</s>``, -100 where ignored. Without
                 ``decoder_input_ids`` they are shifted right behind ``decoder_start_token_id`` (teacher forcing).
-            Other arguments as :class:`TransformerModel`.
+            Other arguments as :class:`TransformerModel`; of ``kwargs``, ``num_items_in_batch`` (from Trainer)
+            normalises the loss over gradient accumulation, and any other key is refused.
 
         Returns:
             loss (label-smoothed cross-entropy, with labels), logits (batch, target_length, decoder_vocab_size),
             cache, and the outputs of :class:`TransformerModel`.
         """
+        loss_kwargs = self.take_kwargs(kwargs)
         if labels is not None:
             if labels.dim() != 2 or labels.shape[1] == 0:
                 raise ValueError(
@@ -472,19 +492,42 @@ class TransformerForConditionalGeneration(TransformerPreTrainedModel, Generation
             attention_mask,
             decoder_input_ids,
             decoder_attention_mask,
-            encoder_outputs,
-            cache,
-            inputs_embeds,
-            decoder_inputs_embeds,
-            use_cache,
-            output_attentions,
-            output_hidden_states,
+            encoder_outputs=encoder_outputs,
+            cache=cache,
+            inputs_embeds=inputs_embeds,
+            decoder_inputs_embeds=decoder_inputs_embeds,
+            use_cache=use_cache,
+            output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
             return_dict=True,
         )
         logits = self.lm_head(outputs.last_hidden_state)  # (B, T, decoder_vocab_size)
         loss = None
         if labels is not None:
-            loss = label_smoothed_loss(logits, labels, self.config.label_smoothing, num_items_in_batch)
+            loss = label_smoothed_loss(logits, labels, self.config.label_smoothing, **loss_kwargs)
         return Seq2SeqLMOutput(
             loss=loss, logits=logits, **{k: v for k, v in outputs.items() if k != "last_hidden_state"}
         )
+
+
+def transformer_dummy_inputs(
+    model: TransformerPreTrainedModel, *, batch: int = 2, labels: bool = True, padded: bool = True
+) -> dict:
+    """Source ids (the last row padded after 5 tokens when ``padded``), a target prefix behind the start token,
+    and target labels for the generation model: what the registry-driven tests feed every Transformer."""
+    config = model.config
+    generator = torch.Generator().manual_seed(0)
+    source = torch.randint(4, config.vocab_size, (batch, 7), generator=generator)
+    mask = torch.ones_like(source)
+    if padded:
+        mask[-1, 5:] = 0
+    target = torch.randint(4, config.decoder_vocab_size, (batch, 5), generator=generator)
+    start = torch.full((batch, 1), config.decoder_start_token_id)
+    inputs = {
+        "input_ids": source.masked_fill(mask == 0, config.pad_token_id),
+        "attention_mask": mask,
+        "decoder_input_ids": torch.cat([start, target[:, :-1]], dim=1),
+    }
+    if labels and isinstance(model, TransformerForConditionalGeneration):
+        inputs["labels"] = target
+    return inputs

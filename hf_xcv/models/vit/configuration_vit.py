@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...attention import check_capabilities
 from ...configuration_utils import (
     XcvConfig,
     check_activation,
     check_attention,
+    check_attention_serves,
     check_bool,
     check_choice,
     check_int,
@@ -19,6 +19,8 @@ from ...configuration_utils import (
 from ...layers import to_pair
 
 POOLING_CHOICES = ("cls", "mean")
+# What ViT asks of its attention core: bidirectional attention over the patch grid (the models declare it too).
+VIT_ATTENTION_REQUESTS = {"grid_available": True}
 
 
 class ViTConfig(XcvConfig):
@@ -108,7 +110,4 @@ class ViTConfig(XcvConfig):
             check_int("representation_size", self.representation_size)
         check_activation("representation_act", self.representation_act)
         check_attention(self.attention_type, self.attention_kwargs, self.attention_probs_dropout_prob)
-        try:  # ViT attends bidirectionally over the patch grid
-            check_capabilities(self.attention_type, grid_available=True)
-        except ValueError as err:
-            raise ValueError(f"attention_type={self.attention_type!r} cannot serve a ViT encoder: {err}") from err
+        check_attention_serves(self.attention_type, VIT_ATTENTION_REQUESTS, "a ViT encoder")

@@ -20,7 +20,7 @@ from transformers.utils.generic import can_return_tuple
 from ...attention import MultiHeadAttention
 from ...layers import DropPath, Mlp, PatchEmbed, resample_patch_pos_embed, to_pair
 from ...modeling_utils import XcvPreTrainedModel
-from .configuration_vit import ViTConfig
+from .configuration_vit import VIT_ATTENTION_REQUESTS, ViTConfig
 
 
 class ViTEmbeddings(nn.Module):
@@ -154,6 +154,8 @@ class ViTPreTrainedModel(XcvPreTrainedModel):
     _supports_flex_attn = True
     _supports_attention_backend = True
     _task_head_modules = ("classifier",)
+    attention_requests = VIT_ATTENTION_REQUESTS
+    attention_role = "a ViT encoder"
 
     def _init_weights(self, module: nn.Module) -> None:
         std = self.config.initializer_range
@@ -204,6 +206,7 @@ class ViTModel(ViTPreTrainedModel):
             hidden_size), hidden_states (num_hidden_layers + 1 tensors), attentions (one
             (batch, heads, tokens, tokens) tensor per layer).
         """
+        self.take_kwargs(kwargs)
         if pixel_values is None:
             raise ValueError("pixel_values is required")
         output_attentions, output_hidden_states = self._resolve_outputs(output_attentions, output_hidden_states)
@@ -229,6 +232,7 @@ class ViTForImageClassification(ViTPreTrainedModel):
     """
 
     _is_task_model = True
+    _honoured_kwargs = frozenset({"num_items_in_batch"})  # Trainer's loss normalisation
 
     def __init__(self, config: ViTConfig):
         super().__init__(config)
@@ -252,10 +256,13 @@ class ViTForImageClassification(ViTPreTrainedModel):
         r"""
         Args:
             labels: (batch,) class indices, (batch, num_labels) multi-hot floats, or (batch,) regression targets.
+            kwargs: ``num_items_in_batch`` (from Trainer) normalises the loss over gradient accumulation; any
+                other key is refused.
 
         Returns:
             loss (when labels are given), logits (batch, num_labels), hidden_states, attentions.
         """
+        loss_kwargs = self.take_kwargs(kwargs)
         outputs = self.vit(
             pixel_values,
             interpolate_pos_encoding=interpolate_pos_encoding,
@@ -266,7 +273,19 @@ class ViTForImageClassification(ViTPreTrainedModel):
         logits = self.classifier(outputs.pooler_output)  # (B, num_labels)
         loss = None
         if labels is not None:
-            loss = self.loss_function(labels, logits, self.config, **kwargs)
+            loss = self.loss_function(labels, logits, self.config, **loss_kwargs)
         return ImageClassifierOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
         )
+
+
+def vit_dummy_inputs(model: ViTPreTrainedModel, *, batch: int = 2, labels: bool = True, padded: bool = True) -> dict:
+    """Random images of the model's size (and class labels for the classifier): what the registry-driven tests
+    feed every ViT model. ``padded`` means nothing to images."""
+    config = model.config
+    height, width = to_pair(config.image_size)
+    generator = torch.Generator().manual_seed(0)
+    inputs = {"pixel_values": torch.randn(batch, config.num_channels, height, width, generator=generator)}
+    if labels and isinstance(model, ViTForImageClassification):
+        inputs["labels"] = torch.randint(0, config.num_labels, (batch,), generator=generator)
+    return inputs

@@ -117,6 +117,7 @@ class XFormerAttentionBlock(nn.Module):
     def forward(
         self,
         hidden_states: torch.Tensor,
+        *,
         keep: torch.Tensor | None = None,
         causal: bool = False,
         state: Any = None,
@@ -142,7 +143,7 @@ class _AttentionValues(nn.Module):
         self.block = block
 
     def forward(self, hidden_states: torch.Tensor, keep: torch.Tensor | None, causal: bool) -> torch.Tensor:
-        return self.block(hidden_states, keep, causal)[0]
+        return self.block(hidden_states, keep=keep, causal=causal)[0]
 
 
 class XFormerFeedForwardBlock(nn.Module):
@@ -176,13 +177,16 @@ class XFormerLayer(GradientCheckpointingLayer):
     def forward(
         self,
         hidden_states: torch.Tensor,
+        *,
         keep: torch.Tensor | None = None,
         causal: bool = False,
         state: Any = None,
         cache: Cache | None = None,
         output_attentions: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor | None, Any]:
-        attended, weights, new_state = self.attention(hidden_states, keep, causal, state, cache, output_attentions)
+        attended, weights, new_state = self.attention(
+            hidden_states, keep=keep, causal=causal, state=state, cache=cache, output_attentions=output_attentions
+        )
         hidden_states = hidden_states + attended
         hidden_states = hidden_states + self.feed_forward(hidden_states)
         return hidden_states, weights, new_state
@@ -202,16 +206,6 @@ class XFormerPreTrainedModel(XcvPreTrainedModel):
     def _init_weights(self, module: nn.Module) -> None:
         # attention cores' own parameters (projections, centroids, inducing points) keep their construction values
         init_sequence_model_weights(module, self.config.initializer_range)
-
-
-_LOSS_KWARGS = frozenset({"num_items_in_batch"})  # what Trainer passes through to the loss
-
-
-def refuse_unknown(kwargs: dict[str, Any], allowed: frozenset[str] = frozenset()) -> None:
-    """Nothing is silently dropped: arguments the model does not read are refused by name."""
-    unknown = sorted(key for key, value in kwargs.items() if key not in allowed and value is not None)
-    if unknown:
-        raise ValueError(f"unexpected arguments {unknown}; this model reads none of them")
 
 
 def padding_keep(attention_mask: torch.Tensor | None, input_ids: torch.Tensor, past: int = 0) -> torch.Tensor | None:
@@ -293,7 +287,7 @@ class XFormerModel(XFormerPreTrainedModel):
         Returns:
             :class:`XFormerModelOutput`.
         """
-        refuse_unknown(kwargs)
+        self.take_kwargs(kwargs)
         output_attentions, output_hidden_states = self._resolve_outputs(output_attentions, output_hidden_states)
         self._check_inputs(input_ids, mems)
         use_cache = self.config.use_cache if use_cache is None else use_cache
@@ -349,7 +343,9 @@ class XFormerModel(XFormerPreTrainedModel):
         new_mems = [] if self.stateful else None
         for i, layer in enumerate(self.layers):
             state = mems[i] if mems is not None else None
-            hidden_states, weights, new_state = layer(hidden_states, keep, causal, state, cache, output_attentions)
+            hidden_states, weights, new_state = layer(
+                hidden_states, keep=keep, causal=causal, state=state, cache=cache, output_attentions=output_attentions
+            )
             if self.stateful:
                 new_mems.append(new_state)
             if output_hidden_states:
@@ -377,13 +373,12 @@ class XFormerModel(XFormerPreTrainedModel):
 class XFormerForSequenceClassification(XFormerPreTrainedModel):
     """Pooled tokens -> dropout -> Linear. Loss by ``config.problem_type`` (regression, single or multi label)."""
 
+    attention_requests = {}  # bidirectional attention over a sequence (padding only where the batch has it)
+    attention_role = "sequence classification"
+    _honoured_kwargs = frozenset({"num_items_in_batch"})  # Trainer's loss normalisation
+
     def __init__(self, config: XFormerConfig):
         super().__init__(config)
-        if get_attention_class(config.attention_type).capabilities.requires_causal:
-            raise ValueError(
-                f"attention_type={config.attention_type!r} cannot serve sequence classification: it is only defined "
-                "for causal attention; use XFormerForCausalLM"
-            )
         self.num_labels = config.num_labels
         self.model = XFormerModel(config)
         self.pooler = None
@@ -427,8 +422,10 @@ class XFormerForSequenceClassification(XFormerPreTrainedModel):
             input_ids / attention_mask: as for :class:`XFormerModel`.
             labels: (batch,) class ids, (batch,) floats for regression (``num_labels=1``), or (batch,
                 num_labels) multi-hot targets.
+            kwargs: ``num_items_in_batch`` (from Trainer) normalises the loss over gradient accumulation; any
+                other key is refused.
         """
-        refuse_unknown(kwargs, _LOSS_KWARGS)
+        loss_kwargs = self.take_kwargs(kwargs)
         outputs = self.model(
             input_ids,
             attention_mask=attention_mask,
@@ -440,7 +437,7 @@ class XFormerForSequenceClassification(XFormerPreTrainedModel):
         logits = self.classifier(self.dropout(self.pool(outputs.last_hidden_state, attention_mask)))
         loss = None
         if labels is not None:
-            loss = self.loss_function(labels, logits, self.config, **kwargs)
+            loss = self.loss_function(labels, logits, self.config, **loss_kwargs)
             if outputs.aux_loss is not None and self.training:
                 loss = loss + outputs.aux_loss
         return SequenceClassifierOutput(
@@ -452,15 +449,13 @@ class XFormerForCausalLM(XFormerPreTrainedModel, GenerationMixin):
     """Causal language model: next-token logits, memory across segments, ``generate``."""
 
     _tied_weights_keys = {"lm_head.weight": "model.embeddings.word_embeddings.weight"}
+    attention_requests = {"causal": True}
+    attention_role = "a causal language model"
+    # Trainer's loss normalisation, and labels it already shifted (context parallelism)
+    _honoured_kwargs = frozenset({"num_items_in_batch", "shift_labels"})
 
     def __init__(self, config: XFormerConfig):
         super().__init__(config)
-        caps = get_attention_class(config.attention_type).capabilities
-        if not caps.causal:
-            raise ValueError(
-                f"attention_type={config.attention_type!r} cannot serve a causal language model: it does not "
-                "support causal (autoregressive) masking"
-            )
         self.model = XFormerModel(config)
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         self.post_init()
@@ -510,8 +505,11 @@ class XFormerForCausalLM(XFormerPreTrainedModel, GenerationMixin):
             input_ids / attention_mask / position_ids / mems / cache: as for :class:`XFormerModel`.
             labels: (batch, length) targets aligned with ``input_ids`` (shifted inside; -100 is ignored).
             logits_to_keep: compute logits for only the last this many positions (0 = all).
+            kwargs: ``num_items_in_batch`` (from Trainer) normalises the loss over gradient accumulation;
+                ``shift_labels`` (batch, length) are targets already shifted (Trainer under context parallelism),
+                used instead of shifting ``labels``; any other key is refused.
         """
-        refuse_unknown(kwargs, _LOSS_KWARGS)
+        loss_kwargs = self.take_kwargs(kwargs)
         outputs = self.model(
             input_ids,
             attention_mask=attention_mask,
@@ -529,10 +527,11 @@ class XFormerForCausalLM(XFormerPreTrainedModel, GenerationMixin):
             hidden = hidden[:, -logits_to_keep:]
         logits = self.lm_head(hidden)
         loss = None
-        if labels is not None:
-            if labels.shape != input_ids.shape:
-                raise ValueError(f"labels have shape {tuple(labels.shape)}, expected {tuple(input_ids.shape)}")
-            loss = self.loss_function(logits=logits, labels=labels, vocab_size=self.config.vocab_size, **kwargs)
+        if labels is not None or "shift_labels" in loss_kwargs:
+            for name, targets in (("labels", labels), ("shift_labels", loss_kwargs.get("shift_labels"))):
+                if targets is not None and targets.shape != input_ids.shape:
+                    raise ValueError(f"{name} have shape {tuple(targets.shape)}, expected {tuple(input_ids.shape)}")
+            loss = self.loss_function(logits=logits, labels=labels, vocab_size=self.config.vocab_size, **loss_kwargs)
             if outputs.aux_loss is not None and self.training:
                 loss = loss + outputs.aux_loss
         return XFormerCausalLMOutput(
@@ -544,3 +543,22 @@ class XFormerForCausalLM(XFormerPreTrainedModel, GenerationMixin):
             attentions=outputs.attentions,
             aux_loss=outputs.aux_loss,
         )
+
+
+def xformer_dummy_inputs(
+    model: XFormerPreTrainedModel, *, batch: int = 2, labels: bool = True, padded: bool = True, length: int = 16
+) -> dict:
+    """Token ids (the last row padded after 11 tokens when ``padded``) and labels for the model's task (next
+    tokens for the LM, classes for the classifier): what the registry-driven tests feed every XFormer model."""
+    config = model.config
+    generator = torch.Generator().manual_seed(0)
+    ids = torch.randint(4, config.vocab_size, (batch, length), generator=generator)
+    mask = torch.ones_like(ids)
+    if padded:
+        mask[-1, 11:] = 0
+    inputs = {"input_ids": ids.masked_fill(mask == 0, config.pad_token_id), "attention_mask": mask}
+    if labels and isinstance(model, XFormerForCausalLM):
+        inputs["labels"] = inputs["input_ids"].masked_fill(mask == 0, -100)
+    elif labels and isinstance(model, XFormerForSequenceClassification):
+        inputs["labels"] = torch.randint(0, config.num_labels, (batch,), generator=generator)
+    return inputs
