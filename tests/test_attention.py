@@ -15,6 +15,7 @@ from hf_xcv.attention import (
     attention_kwarg_defaults,
     available_attention_types,
     build_attention,
+    capability_problems,
     capability_table,
     check_capabilities,
     register_attention,
@@ -221,23 +222,37 @@ def test_full_adds_the_bias_with_the_masks_on_every_dense_backend(implementation
     torch.testing.assert_close(grad, expected_grad, atol=1e-10, rtol=1e-10)
 
 
-def test_flex_attention_takes_a_bias_at_inference_and_refuses_to_differentiate_it():
-    q, k, v = (t.float() for t in qkv())
-    bias = torch.randn(1, 3, 5, 5)
+@pytest.mark.parametrize("case", ["causal", "padding+bias", "bias", "cross+causal"])
+def test_flex_attention_takes_masks_causality_and_a_bias(case):
+    """Folded into flex's position bias: transformers' flex path would drop a causal flag silently."""
+    q_len, kv_len = (3, 5) if "cross" in case else (5, 5)
+    q, k, v = (t.float() for t in qkv(q_len=q_len, kv_len=kv_len))
+    bias = torch.randn(1, 3, q_len, kv_len) if "bias" in case else None
+    keep = None
+    if "padding" in case:
+        keep = torch.ones(2, 1, 1, kv_len, dtype=torch.bool)
+        keep[1, ..., 3:] = False
     core = build_attention("full", num_heads=3, head_dim=8)
+    call = {"attention_mask": keep, "attention_bias": bias, "causal": "causal" in case}
     with torch.no_grad():
-        out = core(q, k, v, attention_bias=bias, module=_Owner("flex_attention")).values
-        expected = core(q, k, v, attention_bias=bias, module=_Owner("eager")).values
+        out = core(q, k, v, module=_Owner("flex_attention"), **call).values
+        expected = core(q, k, v, module=_Owner("eager"), **call).values
     torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
-    with pytest.raises(ValueError, match="cannot differentiate an attention bias"):
-        core(q, k, v, attention_bias=bias.requires_grad_(), module=_Owner("flex_attention"))
 
 
 def test_flash_attention_refuses_a_bias_by_name():
     q, k, v = qkv()
     core = build_attention("full", num_heads=3, head_dim=8)
-    with pytest.raises(ValueError, match="attn_implementation='flash_attention_2' takes no attention bias"):
-        core(q, k, v, attention_bias=torch.zeros(5, 5, dtype=q.dtype), module=_Owner("flash_attention_2"))
+    with pytest.raises(ValueError, match="attn_implementation='flash_attention_2' takes no attention bias") as err:
+        core(
+            q,
+            k,
+            v,
+            torch.ones(2, 1, 1, 5, dtype=torch.bool),
+            attention_bias=torch.zeros(5, 5, dtype=q.dtype),
+            module=_Owner("flash_attention_2"),
+        )
+    assert "takes no dense attention mask" in str(err.value)  # with the call's other problems, in one error
 
 
 def test_every_problem_of_a_call_is_listed_in_one_error(limited_entry):
@@ -291,3 +306,22 @@ def test_validation_traces_into_one_graph_under_torch_compile_and_export():
         torch.testing.assert_close(compiled(x, keep, bias), expected)
     exported = torch.export.export(layer, (x,), kwargs=kwargs)
     torch.testing.assert_close(exported.module()(x, **kwargs)[0], expected)
+
+
+def test_a_model_can_ask_for_masks_other_than_padding():
+    assert not capability_problems("full", arbitrary_mask=True, attention_bias=True)
+    problems = capability_problems("local", arbitrary_mask=True, attention_bias=True)
+    assert len(problems) == 1 and "mask other than key padding" in problems[0]
+
+
+def test_masks_and_biases_of_fewer_dimensions_broadcast_like_torch():
+    q, k, v = qkv(q_len=5, kv_len=5)
+    keep = torch.rand(5, 5, generator=torch.Generator().manual_seed(0)) > 0.3
+    keep[:, 0] = True
+    bias = torch.randn(3, 5, 5, dtype=torch.float64)  # (heads, q_len, kv_len)
+    core = build_attention("full", num_heads=3, head_dim=8)
+    out = core(q, k, v, attention_mask=keep, attention_bias=bias, module=_Owner("eager")).values
+    expected = core(q, k, v, attention_mask=keep[None, None], attention_bias=bias[None], module=_Owner("eager")).values
+    torch.testing.assert_close(out, expected, atol=0, rtol=0)
+    with pytest.raises(ValueError, match=r"attention_bias of shape \(2, 5, 5\) does not broadcast"):
+        core(q, k, v, attention_bias=torch.zeros(2, 5, 5, dtype=torch.float64))

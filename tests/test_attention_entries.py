@@ -74,17 +74,22 @@ def call(core, q, k, v, name: str, keep=None, causal=False, prefix: int | None =
     return core(q, k, v, attention_mask=keep, causal=causal, grid=grid, prefix_tokens=prefix, attention_bias=bias)
 
 
-def inputs(name: str, causal: bool, dtype=torch.float64, seed=0):
+def inputs(name: str, causal: bool, dtype=torch.float64, seed=0, batch: int = 2):
     length, grid, _ = layout(name)
     if causal and grid is not None:
         length = 16  # causal grid attention runs on a plain raster-ordered grid
-    return qkv(batch=2, heads=2, q_len=length, dim=8, dtype=dtype, seed=seed)
+    return qkv(batch=batch, heads=2, q_len=length, dim=8, dtype=dtype, seed=seed)
 
 
-def padding_for(name: str, length: int) -> torch.Tensor | None:
+def real_lengths(length: int, batch: int = 2) -> list[int]:
+    """How many leading keys of each batch row are real when it is padded: all, 5 fewer, then 2 fewer."""
+    return ([length, length - 5] + [length - 2] * batch)[:batch]
+
+
+def padding_for(name: str, length: int, batch: int = 2) -> torch.Tensor | None:
     if not get_attention_class(name).capabilities.padding_mask:
         return None
-    return padding_keep(2, length, [length, length - 5])
+    return padding_keep(batch, length, real_lengths(length, batch))
 
 
 def combined(keep, causal: bool, length: int):
@@ -238,12 +243,15 @@ def test_unknown_settings_are_refused_by_name(name):
 
 BIAS_CASES = [c for c in CASES if get_attention_class(c[0]).capabilities.attention_bias]
 # Every shape a bias may have: per batch row and head, shared by the batch, shared by the heads, one per key
-# (ALiBi-like), and a bare (q_len, kv_len) table.
+# (ALiBi-like), a (heads, q_len, kv_len) table (Swin's relative position bias) and a bare (q_len, kv_len) one.
+# The bias tests run 3 batch rows and 2 heads, so that a swapped batch and head index cannot pass.
+BIAS_BATCH = 3
 BIAS_SHAPES = {
-    "BHQK": (2, 2, -1, -1),
+    "BHQK": (BIAS_BATCH, 2, -1, -1),
     "1HQK": (1, 2, -1, -1),
-    "B1QK": (2, 1, -1, -1),
-    "BH1K": (2, 2, 1, -1),
+    "B1QK": (BIAS_BATCH, 1, -1, -1),
+    "BH1K": (BIAS_BATCH, 2, 1, -1),
+    "HQK": (2, -1, -1),
     "QK": (-1, -1),
 }
 
@@ -273,12 +281,13 @@ def test_every_entry_that_takes_a_bias_can_be_checked_against_dense_attention():
 
 
 def biased_case(name: str, causal: bool, setting: str, kwargs: dict, shape) -> tuple:
-    """(output, expected, real query rows) of an entry with a bias against dense attention with that bias."""
-    q, k, v = inputs(name, causal)
+    """(output, expected, real query rows of each batch row) of an entry with a bias against dense attention
+    with that bias."""
+    q, k, v = inputs(name, causal, batch=BIAS_BATCH)
     length = q.shape[2]
     core = make(name, **kwargs)
     core.make_exact_() if setting == "exact" else None
-    keep = padding_for(name, length)
+    keep = padding_for(name, length, BIAS_BATCH)
     bias = random_bias(shape, length)
     _, grid, prefix = layout(name)
     if causal and grid is not None:
@@ -288,7 +297,8 @@ def biased_case(name: str, causal: bool, setting: str, kwargs: dict, shape) -> t
     if pattern is not None:
         full_keep = pattern if full_keep is None else pattern & full_keep
     out = call(core, q, k, v, name, keep, causal, bias=bias).values
-    return out, reference(q, k, v, full_keep, bias=bias), length - 5 if keep is not None else length
+    real = real_lengths(length, BIAS_BATCH) if keep is not None else [length] * BIAS_BATCH
+    return out, reference(q, k, v, full_keep, bias=bias), real
 
 
 @pytest.mark.parametrize("shape", list(BIAS_SHAPES), ids=list(BIAS_SHAPES))
@@ -298,22 +308,22 @@ def test_an_attention_bias_gives_dense_softmax_attention_with_that_bias(case, sh
     length, grid, _ = layout(name)
     for setting, kwargs in bias_settings(name, length, grid):
         out, expected, real = biased_case(name, causal, setting, kwargs, BIAS_SHAPES[shape])
-        assert max_diff(out[0], expected[0]) < TOL64, setting
-        assert max_diff(out[1, :, :real], expected[1, :, :real]) < TOL64, setting
+        for row, count in enumerate(real):  # the real query positions of every batch row
+            assert max_diff(out[row, :, :count], expected[row, :, :count]) < TOL64, (setting, row)
 
 
 @pytest.mark.parametrize("case", BIAS_CASES, ids=case_id)
 def test_the_bias_gets_the_gradient_of_dense_attention_and_empty_rows_stay_zero(case):
     name, causal = case
-    q, k, v = inputs(name, causal)
+    q, k, v = inputs(name, causal, batch=BIAS_BATCH)
     length = q.shape[2]
     _, grid, prefix = layout(name)
     setting, kwargs = bias_settings(name, length, grid)[0]
     core = make(name, **kwargs)
     core.make_exact_() if setting == "exact" else None
-    keep = padding_for(name, length)
+    keep = padding_for(name, length, BIAS_BATCH)
     keep[1] = False  # a batch row with nothing to attend
-    bias = random_bias((2, 2, -1, -1), length).requires_grad_()
+    bias = random_bias(BIAS_SHAPES["BHQK"], length).requires_grad_()
     out = call(core, q, k, v, name, keep, causal, bias=bias).values
     assert torch.isfinite(out).all() and out[1].abs().max().item() == 0.0
     if causal and grid is not None:

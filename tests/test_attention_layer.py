@@ -114,5 +114,20 @@ def test_positions_of_the_wrong_shape_are_refused_by_name():
         layer(x, query_position_embeddings=randn(2, 5, 16, seed=2))
     with pytest.raises(ValueError, match=r"key_position_embeddings has shape \(3, 6, 16\)"):
         layer(x, key_position_embeddings=randn(3, 6, 16, seed=2))
-    with pytest.raises(ValueError, match="do not fit together"):  # values of another length than the keys
+    with pytest.raises(ValueError, match="value_states hold 5 positions and the keys 4"):
         layer(x, randn(2, 4, 16, seed=3), value_states=randn(2, 5, 16, seed=4))
+    with pytest.raises(
+        ValueError, match=r"value_states has shape \(2, 4, 12\); this layer takes \(batch=2, length, 16\)"
+    ):
+        layer(x, randn(2, 4, 16, seed=3), value_states=randn(2, 4, 12, seed=4))
+    with pytest.raises(ValueError, match=r"key_value_states has shape \(2, 4, 8\)"):
+        layer(x, randn(2, 4, 8, seed=3))
+
+
+def test_values_may_have_their_own_width():
+    torch.manual_seed(0)
+    layer = MultiHeadAttention(16, 2, kv_size=12, value_size=20).double().eval()
+    x, keys, values = randn(2, 5, 16, seed=1), randn(2, 9, 12, seed=2), randn(2, 9, 20, seed=3)
+    assert (
+        max_diff(layer(x, keys, value_states=values)[0], by_hand(layer, x, keys, values, cross_attention=True)) < TOL64
+    )

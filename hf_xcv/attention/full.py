@@ -5,10 +5,11 @@ The backend follows ``config._attn_implementation`` of the owning layer (``sdpa`
 ``model.set_attn_implementation(...)`` keep working. ``eager`` is this module's own implementation and is
 also the dense reference the other registry entries are tested against.
 
-An additive ``attention_bias`` goes to ``eager`` as a term of the logits, to ``sdpa`` inside its float mask
-(the boolean mask folded in as -inf, which sdpa turns into zeros for a row with nothing to attend), and to
-``flex_attention`` as its position bias (at inference: torch's flex kernel cannot differentiate it, so a bias
-that needs a gradient is refused there); the flash kernels take none and refuse it.
+Masks and an additive ``attention_bias`` go to ``eager`` as they are, to ``sdpa`` as one float mask (masked
+keys at -inf, which sdpa turns into zeros for a row with nothing to attend) and to ``flex_attention`` as its
+position bias (the same float mask; causal attention too, which transformers' flex path would otherwise
+drop). The flash kernels take neither a dense mask nor a bias, and such calls are refused with the other
+problems of the call.
 """
 
 from __future__ import annotations
@@ -22,10 +23,8 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from ._masks import dense_attention, merge_masks
 from .registry import AttentionCall, AttentionCore, AttentionOutput, Capabilities, register_attention
 
-# Backends that take a dense (batch, heads, q_len, kv_len) mask.
-_DENSE_MASK_BACKENDS = ("eager", "sdpa")
-# Backends that take an additive bias.
-_BIAS_BACKENDS = ("eager", "sdpa", "flex_attention")
+# Backends that take a dense (batch, heads, q_len, kv_len) mask and an additive bias.
+_DENSE_BACKENDS = ("eager", "sdpa", "flex_attention")
 
 
 def eager_attention_forward(
@@ -48,10 +47,17 @@ def eager_attention_forward(
     return values.transpose(1, 2), probs
 
 
-def _sdpa_float_mask(keep: torch.Tensor | None, bias: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """The bias with masked keys at -inf: the float mask sdpa adds to its logits."""
-    bias = bias.to(dtype)
+def float_mask(keep: torch.Tensor | None, bias: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor:
+    """The bias (zeros without one) with masked keys at -inf: the float mask sdpa and flex add to their logits."""
+    bias = torch.zeros((), dtype=dtype, device=keep.device) if bias is None else bias.to(dtype)
     return bias if keep is None else torch.where(keep, bias, torch.tensor(float("-inf"), dtype=dtype))
+
+
+def backend_name(module: nn.Module | None, output_weights: bool) -> str:
+    """The attention backend of a call: the owning layer's ``config._attn_implementation`` (sdpa by default),
+    eager when the weights are asked for (only eager materialises them)."""
+    implementation = getattr(getattr(module, "config", None), "_attn_implementation", None) or "sdpa"
+    return "eager" if output_weights else implementation
 
 
 @register_attention
@@ -76,21 +82,23 @@ class FullAttention(AttentionCore):
     def exact_kwargs(cls, length: int, grid: tuple[int, int] | None = None) -> dict[str, Any]:
         return {}
 
+    def call_problems(self, q, k, v, attention_mask, attention_bias, **request) -> list[str]:
+        problems = super().call_problems(q, k, v, attention_mask, attention_bias, **request)
+        implementation = backend_name(request.get("module"), request["output_weights"])
+        if implementation not in _DENSE_BACKENDS:
+            use = f"use one of {list(_DENSE_BACKENDS)}"
+            if attention_mask is not None:
+                problems.append(f"attn_implementation={implementation!r} takes no dense attention mask here; {use}")
+            if attention_bias is not None:
+                problems.append(f"attn_implementation={implementation!r} takes no attention bias; {use}")
+        return problems
+
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, call: AttentionCall) -> AttentionOutput:
         """``call.module`` is the owning attention layer: its ``config._attn_implementation`` picks the backend."""
         module, mask, causal, bias = call.module, call.mask, call.causal, call.bias
-        implementation = getattr(getattr(module, "config", None), "_attn_implementation", None) or "sdpa"
-        if call.output_weights:
-            implementation = "eager"  # only eager materialises the probabilities
-        if mask is not None and implementation not in _DENSE_MASK_BACKENDS:
-            raise ValueError(
-                f"attn_implementation={implementation!r} takes no dense attention mask here; use 'sdpa' or 'eager'"
-            )
-        if bias is not None and implementation not in _BIAS_BACKENDS:
-            raise ValueError(
-                f"attn_implementation={implementation!r} takes no attention bias; use one of {list(_BIAS_BACKENDS)}"
-            )
-        if causal and q.shape[2] == 1:
+        implementation = backend_name(module, call.output_weights)
+        q_len, kv_len = q.shape[2], k.shape[2]
+        if causal and q_len == 1:
             causal = False  # one query aligned with the last key sees every key: no mask (the decoding step)
         extra = {}
         if implementation == "eager":
@@ -98,22 +106,16 @@ class FullAttention(AttentionCore):
             extra["attention_bias"] = bias
         else:
             backend = ALL_ATTENTION_FUNCTIONS.get_interface(implementation, eager_attention_forward)
-            if (
-                implementation == "sdpa"
-                and causal
-                and (mask is not None or bias is not None or q.shape[2] != k.shape[2])
-            ):
-                # sdpa's own causal flag aligns queries with the first keys; spell the mask out instead.
-                mask, causal = merge_masks(mask, True, q.shape[2], k.shape[2], q.device), False
-            if implementation == "sdpa" and bias is not None:
-                mask = _sdpa_float_mask(mask, bias, q.dtype)
-            elif bias is not None:  # flex_attention reads its bias at [batch, head, query, key]
-                if bias.requires_grad and torch.is_grad_enabled():
-                    raise ValueError(
-                        "attn_implementation='flex_attention' cannot differentiate an attention bias (torch's flex "
-                        "kernel fails on gradients of a captured bias); train with 'sdpa' or 'eager'"
-                    )
-                extra["position_bias"] = bias.to(q.dtype).expand(q.shape[0], q.shape[1], q.shape[2], k.shape[2])
+        if implementation == "sdpa" and causal and (mask is not None or bias is not None or q_len != kv_len):
+            # sdpa's own causal flag aligns queries with the first keys; spell the mask out instead.
+            mask, causal = merge_masks(mask, True, q_len, kv_len, q.device), False
+        if implementation == "sdpa" and bias is not None:
+            mask = float_mask(mask, bias, q.dtype)
+        elif implementation == "flex_attention" and (mask is not None or bias is not None or causal):
+            # flex reads its position bias at [batch, head, query, key]; masks and causality go in as -inf
+            keep = merge_masks(mask, causal, q_len, kv_len, q.device)
+            extra["position_bias"] = float_mask(keep, bias, q.dtype).expand(q.shape[0], q.shape[1], q_len, kv_len)
+            mask, causal = None, False
         values, weights = backend(
             module, q, k, v, mask, scaling=call.scaling, dropout=call.dropout, is_causal=causal, **extra
         )

@@ -36,6 +36,8 @@ class MultiHeadAttention(nn.Module):
         attention_kwargs: the core's own settings, validated by the registry.
         dropout: dropout on the attention probabilities (training only).
         kv_size: width of the key/value inputs for cross-attention (defaults to ``hidden_size``).
+        value_size: width of the value input when values come from their own input (``value_states``) of
+            another width than the keys' (defaults to ``kv_size``).
         config: the owning model's config; its ``_attn_implementation`` picks the backend of ``full``.
         layer_idx: index of the layer in its stack, the slot it uses in a key/value ``cache``.
     """
@@ -51,6 +53,7 @@ class MultiHeadAttention(nn.Module):
         kv_size: int | None = None,
         config: PretrainedConfig | None = None,
         layer_idx: int | None = None,
+        value_size: int | None = None,
     ):
         super().__init__()
         if hidden_size % num_heads:
@@ -69,7 +72,8 @@ class MultiHeadAttention(nn.Module):
         reads = self.core.projections  # a core that never reads queries or keys gets no projection for them
         self.q_proj = nn.Linear(hidden_size, hidden_size, bias=qkv_bias) if "q" in reads else None
         self.k_proj = nn.Linear(kv_size, hidden_size, bias=qkv_bias) if "k" in reads else None
-        self.v_proj = nn.Linear(kv_size, hidden_size, bias=qkv_bias)
+        self.v_proj = nn.Linear(kv_size if value_size is None else value_size, hidden_size, bias=qkv_bias)
+        self.kv_size = kv_size
         self.o_proj = nn.Linear(hidden_size, hidden_size)
 
     def _split_heads(self, x: torch.Tensor) -> torch.Tensor:
@@ -105,6 +109,28 @@ class MultiHeadAttention(nn.Module):
             if cross and isinstance(cache, EncoderDecoderCache):
                 cache.is_updated[self.layer_idx] = True
         return k, v
+
+    def _check_inputs(
+        self, hidden_states: torch.Tensor, key_value_states: torch.Tensor | None, value_states: torch.Tensor | None
+    ) -> None:
+        """Each input's width against its projection, and values as long as keys, refused by name."""
+        key_input = hidden_states if key_value_states is None else key_value_states
+        expected = [("hidden_states", hidden_states, self.o_proj.out_features)]
+        if key_value_states is not None:
+            expected.append(("key_value_states", key_value_states, self.kv_size))
+        if value_states is not None:
+            expected.append(("value_states", value_states, self.v_proj.in_features))
+        for name, x, width in expected:
+            if x.dim() != 3 or x.shape[-1] != width or x.shape[0] != hidden_states.shape[0]:
+                raise ValueError(
+                    f"{name} has shape {tuple(x.shape)}; this layer takes (batch={hidden_states.shape[0]}, length, "
+                    f"{width})"
+                )
+        if value_states is not None and value_states.shape[1] != key_input.shape[1]:
+            positions = (value_states.shape[1], key_input.shape[1])
+            raise ValueError(
+                f"value_states hold {positions[0]} positions and the keys {positions[1]}: one value per key"
+            )
 
     def forward(
         self,
@@ -149,6 +175,7 @@ class MultiHeadAttention(nn.Module):
         cross = key_value_states is not None
         key_input = key_value_states if cross else hidden_states
         value_input = key_input if value_states is None else value_states
+        self._check_inputs(hidden_states, key_value_states, value_states)
         queries = with_positions(hidden_states, query_position_embeddings, "query_position_embeddings")
         q = self._project(self.q_proj, queries)  # (B, H, Lq, D)
         keys = with_positions(key_input, key_position_embeddings, "key_position_embeddings")

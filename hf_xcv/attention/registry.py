@@ -11,12 +11,15 @@ with ``q``: (batch, heads, q_len, head_dim), ``k``/``v``: (batch, heads, kv_len,
 ``torch.nn.functional.scaled_dot_product_attention``.
 
 * ``attention_mask``: a boolean *keep* mask broadcastable to (batch, heads, q_len, kv_len) (True = may
-  attend). Most entries take only a key padding mask, (batch or 1, 1, 1, kv_len); those with the
-  ``arbitrary_mask`` capability take any pattern.
-* ``attention_bias``: an additive float bias broadcastable to (batch, heads, q_len, kv_len), added to the
-  logits before the softmax (Swin's relative position bias, ALiBi); masked keys stay masked whatever their
-  bias, and a query with no key to attend gets zeros. Its values should be finite: keys to leave out belong
-  in the boolean mask.
+  attend; fewer than 4 dimensions are leading dimensions of size 1, as in torch broadcasting). Most entries
+  take only a key padding mask, (batch or 1, 1, 1, kv_len); those with the ``arbitrary_mask`` capability take
+  any pattern.
+* ``attention_bias``: an additive float bias broadcastable to (batch, heads, q_len, kv_len) (a 3-D bias is
+  (heads, q_len, kv_len)), added to the logits before the softmax (Swin's relative position bias, ALiBi);
+  masked keys stay masked whatever their bias, and a query with no key to attend gets zeros. Its values must
+  be finite (a row of -inf gives NaN on some paths): padding belongs in the boolean mask, and a pattern that
+  is no padding mask goes into the bias as a large negative value for entries without ``arbitrary_mask``
+  (Swin's shifted-window regions: -100, as the original code adds).
 * ``grid``: the (height, width) of the token layout, for cores that need a 2-D arrangement; ``state``:
   whatever a stateful core carried from the previous call.
 * ``cross_attention``: the keys come from another sequence than the queries (the owning layer says so);
@@ -92,6 +95,7 @@ _REQUEST_WORDS = {
     "cross_attention": "cross-attention (keys from another sequence)",
     "returns_weights": "returning attention weights (output_attentions=True)",
     "attention_bias": "an additive attention bias (attention_bias=...)",
+    "arbitrary_mask": "a boolean mask other than key padding (put such a pattern into the bias)",
     "stateful": "memory carried from a previous call (state=...)",
     "attention_dropout": "dropout on attention probabilities (it has none; set the attention dropout to 0)",
 }
@@ -114,7 +118,8 @@ class AttentionCall(NamedTuple):
     """The validated extras of one core call, handed to :meth:`AttentionCore.attend`.
 
     Attributes:
-        mask: the boolean keep mask as passed (4-D, broadcastable to (B, H, Lq, Lk)), or None.
+        mask: the boolean keep mask as a 4-D tensor broadcastable to (B, H, Lq, Lk) (for entries without
+            ``arbitrary_mask``, a key padding mask (B or 1, 1, 1, Lk)), or None.
         key_keep: the same mask as a (B, Lk) key padding mask, for entries without ``arbitrary_mask``.
         causal: autoregressive masking; queries align with the *last* keys (query i is key kv_len - q_len + i).
         cross_attention: the keys come from another sequence.
@@ -140,6 +145,13 @@ class AttentionCall(NamedTuple):
     output_weights: bool
     state: Any
     module: nn.Module
+
+
+def _as_4d(x: torch.Tensor | None) -> torch.Tensor | None:
+    """A mask or bias of fewer than 4 dimensions as a 4-D view, leading dimensions of size 1."""
+    if x is None or x.dim() >= 4:
+        return x
+    return x.reshape((1,) * (4 - x.dim()) + tuple(x.shape))
 
 
 def _fits(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
@@ -197,8 +209,6 @@ class AttentionCore(nn.Module):
         """Validate the request (one ValueError listing every reason) and run :meth:`attend`; the arguments
         are described in the module docstring."""
         dropout = float(dropout) if self.training else 0.0  # like nn.Dropout: training mode only
-        if attention_bias is not None and attention_bias.dim() < 4:  # (Lq, Lk) or (H, Lq, Lk): broadcast
-            attention_bias = attention_bias.reshape((1,) * (4 - attention_bias.dim()) + tuple(attention_bias.shape))
         problems = self.call_problems(
             q,
             k,
@@ -212,8 +222,10 @@ class AttentionCore(nn.Module):
             dropout=dropout,
             output_weights=output_weights,
             prefix_tokens=prefix_tokens,
+            module=module,
         )
         raise_problems(self.name, problems)
+        attention_mask, attention_bias = _as_4d(attention_mask), _as_4d(attention_bias)
         key_keep = None
         if attention_mask is not None and not self.capabilities.arbitrary_mask:
             key_keep = attention_mask[:, 0, 0, :].expand(q.shape[0], k.shape[2])  # (B, Lk)
@@ -258,9 +270,11 @@ class AttentionCore(nn.Module):
         dropout: float,
         output_weights: bool,
         prefix_tokens: int,
+        module: nn.Module | None = None,
     ) -> list[str]:
         """Every reason this call cannot be served, from shapes and flags only (empty when it can). Runs on
-        every call: plain comparisons, and words only for what is wrong."""
+        every call: plain comparisons, and words only for what is wrong. An entry with checks of its own
+        (``full``'s backends) extends it; lengths and states have their own hooks."""
         caps = self.capabilities
         problems = _tensor_problems(q, k, v)
         if problems:
@@ -296,15 +310,18 @@ class AttentionCore(nn.Module):
             return [f"attention_mask must be a boolean keep mask (True = attend), got dtype {mask.dtype}"]
         if not self.capabilities.padding_mask:
             return [self.refusal("padding_mask")]
-        shape = tuple(mask.shape)
+        given, shape = tuple(mask.shape), (1,) * (4 - mask.dim()) + tuple(mask.shape)
         if self.capabilities.arbitrary_mask:
             if not _fits(shape, (batch, heads, q_len, kv_len)):
-                return [f"attention_mask of shape {shape} does not broadcast to {(batch, heads, q_len, kv_len)}"]
+                return [f"attention_mask of shape {given} does not broadcast to {(batch, heads, q_len, kv_len)}"]
             return []
         if len(shape) != 4 or shape[1] != 1 or shape[2] != 1:
-            return [f"it takes only a key padding mask shaped (batch, 1, 1, kv_len); got a mask of shape {shape}"]
+            return [
+                f"it takes only a key padding mask shaped (batch, 1, 1, kv_len); got a mask of shape {given} (a "
+                "pattern that is no padding mask can go into attention_bias as a large negative value)"
+            ]
         if shape[-1] != kv_len or shape[0] not in (1, batch):
-            return [f"padding mask of shape {shape} does not fit batch {batch} and {kv_len} keys"]
+            return [f"padding mask of shape {given} does not fit batch {batch} and {kv_len} keys"]
         return []
 
     def _bias_problems(self, bias: torch.Tensor, batch: int, heads: int, q_len: int, kv_len: int) -> list[str]:
@@ -312,7 +329,7 @@ class AttentionCore(nn.Module):
             return [self.refusal("attention_bias")]
         if not bias.is_floating_point():
             return [f"attention_bias must be a float tensor, got dtype {bias.dtype}"]
-        if not _fits(tuple(bias.shape), (batch, heads, q_len, kv_len)):
+        if not _fits((1,) * (4 - bias.dim()) + tuple(bias.shape), (batch, heads, q_len, kv_len)):
             return [
                 f"attention_bias of shape {tuple(bias.shape)} does not broadcast to (batch, heads, q_len, kv_len) "
                 f"= {(batch, heads, q_len, kv_len)}"
@@ -419,6 +436,7 @@ def capability_problems(
     cross_attention: bool = False,
     returns_weights: bool = False,
     attention_bias: bool = False,
+    arbitrary_mask: bool = False,
     grid_available: bool = False,
     stateful: bool = False,
     attention_dropout: float = 0.0,
@@ -433,6 +451,7 @@ def capability_problems(
         "cross_attention": cross_attention,
         "returns_weights": returns_weights,
         "attention_bias": attention_bias,
+        "arbitrary_mask": arbitrary_mask,
         "stateful": stateful,
         "attention_dropout": attention_dropout,
     }
