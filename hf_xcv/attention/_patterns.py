@@ -8,7 +8,7 @@ takes one softmax per query, so the result is dense softmax attention under the 
 as they are disjoint (they are by construction). Global rows (queries that see every key) are computed apart, O(G L).
 
 An additive bias is read at the (query, key) pairs each key set scores. The dense patterns the tests
-compare with are written from the definitions here too (:func:`with_prefix`, :func:`window_mask`).
+compare with are written from the definitions (:func:`window_mask` here, ``_positions.with_prefix``).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from ._masks import bias_at, key_keep_rows, masked_softmax
+from ._positions import neighbour_positions, positions_after_prefix, shift_body
 from .registry import AttentionCall, AttentionCore, AttentionOutput, Capabilities
 
 # ----------------------------------------------------------------------------------------------------------
@@ -72,23 +73,6 @@ class SparsePattern:
     def layout(self, key_set: KeySet) -> torch.Tensor:
         """The query positions in the layout of ``key_set``'s keep mask: (G, Q), or (Q, G) if transposed."""
         return self.queries.t() if key_set.transposed else self.queries
-
-
-def block_positions(num_blocks: int, block: int, device) -> torch.Tensor:
-    """(N, b) positions 0 .. N*b - 1, one row per block."""
-    return torch.arange(num_blocks * block, device=device).view(num_blocks, block)
-
-
-def neighbour_positions(num_blocks: int, block: int, before: int, after: int, device) -> torch.Tensor:
-    """(N, (before + 1 + after) * b): for block m, the positions of blocks m - before .. m + after
-    (positions outside the sequence are left for the caller to mark absent)."""
-    span = torch.arange(-before * block, (after + 1) * block, device=device)  # (W,)
-    return torch.arange(num_blocks, device=device)[:, None] * block + span[None, :]
-
-
-def shift_body(positions: torch.Tensor, body: int, prefix: int) -> torch.Tensor:
-    """Positions counted after the prefix -> sequence positions; those outside [0, body) become -1 (absent)."""
-    return torch.where((positions >= 0) & (positions < body), positions + prefix, -1)
 
 
 def _lookup(flags: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
@@ -323,24 +307,6 @@ class SparsePatternAttention(AttentionCore):
         pattern = self.pattern(length, call.causal, min(call.prefix_tokens, length), q.device)
         values, weights = sparse_attention(q, k, v, pattern, call)
         return AttentionOutput(values, weights)
-
-
-def positions_after_prefix(length: int, prefix_tokens: int, device) -> tuple[torch.Tensor, torch.Tensor]:
-    """(L, 1) query and (1, L) key positions counted from the first token after the prefix (for dense masks)."""
-    position = torch.arange(length, device=device) - prefix_tokens
-    return position[:, None], position[None, :]
-
-
-def with_prefix(rule: torch.Tensor, prefix_tokens: int, causal: bool) -> torch.Tensor:
-    """Complete ``rule`` ([H,] L, L), the pattern among tokens after the prefix, with global prefix tokens (and
-    the causal half); returns (1, 1 or H, L, L) for dense masks."""
-    length = rule.shape[-1]
-    position = torch.arange(length, device=rule.device)
-    is_prefix = position < prefix_tokens
-    keep = rule | is_prefix[:, None] | is_prefix[None, :]
-    if causal:
-        keep = keep & (position[None, :] <= position[:, None])
-    return keep.view(1, -1, length, length)
 
 
 SPARSE_CAPABILITIES = Capabilities(

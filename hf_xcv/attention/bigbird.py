@@ -31,17 +31,8 @@ from typing import Any
 
 import torch
 
-from ._patterns import (
-    KeySet,
-    SparsePattern,
-    SparsePatternAttention,
-    block_positions,
-    make_pattern,
-    neighbour_positions,
-    positions_after_prefix,
-    shift_body,
-    with_prefix,
-)
+from ._patterns import KeySet, SparsePattern, SparsePatternAttention, make_pattern
+from ._positions import block_positions, neighbour_positions, positions_after_prefix, shift_body, with_prefix
 from ._settings import check_int
 from .registry import Capabilities, register_attention
 

@@ -152,25 +152,17 @@ class MultiHeadAttention(nn.Module):
         """Attend from ``hidden_states`` (B, Lq, C) to itself or to ``key_value_states`` (B, Lk, C_kv).
 
         Positions go into the projections only: ``q = W_q(hidden_states + query_position_embeddings)``,
-        ``k = W_k(key input + key_position_embeddings)``, ``v = W_v(value input)``, where the key input is
-        ``key_value_states`` (cross-attention) or ``hidden_states`` (self-attention) and the value input is
-        ``value_states`` when given (keys and values from different inputs of one length, (B, Lk, C_kv)), else
-        the key input. Position embeddings are (B or 1, L, C) like the input they are added to (DETR: the same
-        spatial positions as query and key positions of self-attention; object-query positions and encoder
-        positions in cross-attention). Without any, this is plain multi-head attention.
+        ``k = W_k(key input + key_position_embeddings)``, ``v = W_v(value input)``; the key input is
+        ``key_value_states`` (cross-attention) or ``hidden_states``, the value input ``value_states`` when given
+        (values from their own input, one per key) or the key input. Position embeddings are (B or 1, L, C) like
+        the input they are added to. With a ``cache`` (an ``EncoderDecoderCache`` in a seq2seq decoder), keys
+        (with their positions) and values of earlier steps are reused: ``attention_mask`` then covers all past
+        + current keys, and a causal mask aligns the queries with the last keys. ``attention_mask`` (boolean
+        keep) and ``attention_bias`` (additive float) broadcast to (B, H, Lq, Lk); ``prefix_tokens`` counts
+        leading special tokens ([CLS]). The core refuses, in one error, everything it cannot serve.
 
-        With a ``cache`` (a transformers ``Cache``; an ``EncoderDecoderCache`` in a seq2seq decoder), keys and
-        values of earlier steps are reused (positions were added before they were cached): ``attention_mask``
-        then covers all past + current keys, and a causal mask aligns the queries with the last keys.
-
-        ``attention_mask`` is a boolean keep mask and ``attention_bias`` an additive float bias, both
-        broadcastable to (B, H, Lq, Lk); ``prefix_tokens`` counts leading special tokens ([CLS]) that
-        global-token cores make global and grid cores keep out of the grid. The core validates the request and
-        refuses, in one error, everything it cannot serve.
-
-        Returns the output (B, Lq, C), the attention probabilities (B, H, Lq, Lk) when
-        ``output_attentions`` is set (else None), and the core's new state. The core's auxiliary loss, if
-        any, is left in ``self.aux_loss`` for the model to add to its training loss.
+        Returns the output (B, Lq, C), the probabilities (B, H, Lq, Lk) when ``output_attentions`` (else None)
+        and the core's new state; its auxiliary loss, if any, is left in ``self.aux_loss``.
         """
         cross = key_value_states is not None
         key_input = key_value_states if cross else hidden_states

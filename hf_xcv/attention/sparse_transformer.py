@@ -32,18 +32,8 @@ from typing import Any
 
 import torch
 
-from ._patterns import (
-    SPARSE_CAPABILITIES,
-    KeySet,
-    SparsePattern,
-    SparsePatternAttention,
-    block_positions,
-    make_pattern,
-    neighbour_positions,
-    positions_after_prefix,
-    shift_body,
-    with_prefix,
-)
+from ._patterns import SPARSE_CAPABILITIES, KeySet, SparsePattern, SparsePatternAttention, make_pattern
+from ._positions import block_positions, neighbour_positions, positions_after_prefix, shift_body, with_prefix
 from ._settings import check_int
 from .registry import register_attention
 

@@ -382,16 +382,13 @@ class TransformerModel(TransformerPreTrainedModel):
             hidden states / attention maps of both stacks on request.
         """
         self.take_kwargs(kwargs)
-        output_attentions, output_hidden_states = self._resolve_outputs(output_attentions, output_hidden_states)
+        attentions, hidden = self._resolve_outputs(output_attentions, output_hidden_states)
+        outputs = {"output_attentions": attentions, "output_hidden_states": hidden}  # asked of both stacks
         if decoder_input_ids is None and decoder_inputs_embeds is None:
             raise ValueError("pass decoder_input_ids (the target prefix) or, to the generation model, labels")
         if encoder_outputs is None:
             encoder_outputs = self.encoder(
-                input_ids,
-                attention_mask=attention_mask,
-                inputs_embeds=inputs_embeds,
-                output_attentions=output_attentions,
-                output_hidden_states=output_hidden_states,
+                input_ids, attention_mask=attention_mask, inputs_embeds=inputs_embeds, **outputs
             )
         elif not isinstance(encoder_outputs, BaseModelOutput):
             encoder_outputs = BaseModelOutput(*encoder_outputs)
@@ -403,8 +400,7 @@ class TransformerModel(TransformerPreTrainedModel):
             cache=cache,
             inputs_embeds=decoder_inputs_embeds,
             use_cache=self.config.use_cache if use_cache is None else use_cache,
-            output_attentions=output_attentions,
-            output_hidden_states=output_hidden_states,
+            **outputs,
         )
         return Seq2SeqModelOutput(
             last_hidden_state=decoded.last_hidden_state,
