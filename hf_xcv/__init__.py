@@ -13,7 +13,14 @@ from .models.transformer import (
     TransformerPreTrainedModel,
 )
 from .models.transformer.tokenization_transformer import TransformerTokenizerFast, train_tokenizer
-from .models.vit import ViTConfig, ViTForImageClassification, ViTImageProcessor, ViTModel, ViTPreTrainedModel
+from .models.vit import (
+    ViTConfig,
+    ViTForImageClassification,
+    ViTImageProcessor,
+    ViTModel,
+    ViTPreTrainedModel,
+    XcvViTImageProcessor,
+)
 from .models.xformer import (
     XFormerConfig,
     XFormerForCausalLM,
@@ -45,6 +52,7 @@ __all__ = [
     "XFormerForSequenceClassification",
     "XFormerModel",
     "XFormerPreTrainedModel",
+    "XcvViTImageProcessor",
     "available_attention_types",
     "build_attention",
     "preset_config",

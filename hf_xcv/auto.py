@@ -21,7 +21,7 @@ from transformers.models.auto.image_processing_auto import IMAGE_PROCESSOR_MAPPI
 from .models.transformer import TransformerConfig, TransformerForConditionalGeneration, TransformerModel
 from .models.transformer.modeling_transformer import transformer_dummy_inputs
 from .models.transformer.tokenization_transformer import TransformerTokenizerFast
-from .models.vit import ViTConfig, ViTForImageClassification, ViTImageProcessor, ViTModel
+from .models.vit import ViTConfig, ViTForImageClassification, ViTModel, XcvViTImageProcessor
 from .models.vit.modeling_vit import vit_dummy_inputs
 from .models.xformer import XFormerConfig, XFormerForCausalLM, XFormerForSequenceClassification, XFormerModel
 from .models.xformer.modeling_xformer import xformer_dummy_inputs
@@ -65,7 +65,7 @@ MODEL_TYPES: dict[str, ModelEntry] = {
             config=ViTConfig,
             base_model=ViTModel,
             heads={"AutoModelForImageClassification": ViTForImageClassification},
-            image_processor=ViTImageProcessor,
+            image_processor=XcvViTImageProcessor,
             test_preset="vit-test-tiny",
             dummy_inputs=vit_dummy_inputs,
             attention_test_overrides={"pooling": "mean"},

@@ -7,7 +7,7 @@ import pytest
 import torch
 from datasets import ClassLabel, Dataset, DatasetDict, Image
 
-from hf_xcv import ViTImageProcessor
+from hf_xcv import XcvViTImageProcessor
 from hf_xcv.data import (
     ImageClassificationCollator,
     encode_labels,
@@ -59,7 +59,7 @@ def test_bad_split_fractions():
 
 
 def test_transform_and_collator_make_model_batches(digits):
-    processor = ViTImageProcessor(size={"height": 16, "width": 16})
+    processor = XcvViTImageProcessor(size={"height": 16, "width": 16})
     dataset = digits["train"].with_transform(image_classification_transform(processor))
     batch = ImageClassificationCollator()([dataset[i] for i in range(4)])
     assert batch["pixel_values"].shape == (4, 3, 16, 16) and batch["pixel_values"].dtype == torch.float32

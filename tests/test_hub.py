@@ -27,7 +27,7 @@ def trained_pair():
     config = hf_xcv.preset_config("vit-test-tiny", num_labels=3, id2label={0: "cat", 1: "dog", 2: "owl"})
     config.label2id = {"cat": 0, "dog": 1, "owl": 2}
     model = hf_xcv.ViTForImageClassification(config).eval()
-    processor = hf_xcv.ViTImageProcessor(size={"height": 16, "width": 16})
+    processor = hf_xcv.XcvViTImageProcessor(size={"height": 16, "width": 16})
     return model, processor
 
 

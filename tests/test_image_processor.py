@@ -1,4 +1,4 @@
-"""ViTImageProcessor: the inputs users pass, parity with transformers' PIL processor, clear errors."""
+"""XcvViTImageProcessor: the inputs users pass, parity with transformers' PIL processor, clear errors."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import torch
 import transformers
 from skimage import data as skdata
 
-from hf_xcv import ViTImageProcessor
+from hf_xcv import XcvViTImageProcessor
 
 
 @pytest.fixture(scope="module")
@@ -18,7 +18,7 @@ def photo() -> PIL.Image.Image:
 
 
 def test_matches_transformers_pil_vit_processor_on_rgb_photos(photo):
-    ours = ViTImageProcessor(size={"height": 64, "width": 48})
+    ours = XcvViTImageProcessor(size={"height": 64, "width": 48})
     theirs = transformers.ViTImageProcessorPil(size={"height": 64, "width": 48})
     a = ours(photo, return_tensors="pt")["pixel_values"]
     b = theirs(photo, return_tensors="pt")["pixel_values"]
@@ -27,7 +27,7 @@ def test_matches_transformers_pil_vit_processor_on_rgb_photos(photo):
 
 
 def test_numpy_and_torch_layouts_give_the_same_pixels(photo):
-    processor = ViTImageProcessor(size={"height": 32, "width": 32})
+    processor = XcvViTImageProcessor(size={"height": 32, "width": 32})
     hwc = np.asarray(photo)
     expected = processor(photo, return_tensors="pt")["pixel_values"]
     for image in (
@@ -40,7 +40,7 @@ def test_numpy_and_torch_layouts_give_the_same_pixels(photo):
 
 
 def test_batches_as_lists_and_4d_arrays(photo):
-    processor = ViTImageProcessor(size={"height": 32, "width": 32})
+    processor = XcvViTImageProcessor(size={"height": 32, "width": 32})
     hwc = np.asarray(photo)
     listed = processor([photo, photo, photo], return_tensors="pt")["pixel_values"]
     stacked = processor(np.stack([hwc] * 3), return_tensors="pt")["pixel_values"]
@@ -50,7 +50,7 @@ def test_batches_as_lists_and_4d_arrays(photo):
 
 @pytest.mark.parametrize("mode", ["L", "RGBA", "P", "LA", "1"])
 def test_grayscale_palette_and_alpha_images_become_rgb(photo, mode):
-    processor = ViTImageProcessor(size={"height": 16, "width": 16})
+    processor = XcvViTImageProcessor(size={"height": 16, "width": 16})
     image = photo.convert(mode)
     pixels = processor(image, return_tensors="pt")["pixel_values"]
     assert pixels.shape == (1, 3, 16, 16)
@@ -59,7 +59,7 @@ def test_grayscale_palette_and_alpha_images_become_rgb(photo, mode):
 
 
 def test_grayscale_and_rgba_arrays_become_rgb(photo):
-    processor = ViTImageProcessor(size={"height": 16, "width": 16})
+    processor = XcvViTImageProcessor(size={"height": 16, "width": 16})
     gray = np.asarray(photo.convert("L"))
     rgba = np.asarray(photo.convert("RGBA"))
     gray_pixels = processor(gray, return_tensors="pt")["pixel_values"]
@@ -74,7 +74,7 @@ def test_grayscale_and_rgba_arrays_become_rgb(photo):
 
 
 def test_center_crop_option(photo):
-    processor = ViTImageProcessor(
+    processor = XcvViTImageProcessor(
         size={"shortest_edge": 40}, do_center_crop=True, crop_size={"height": 32, "width": 32}
     )
     pixels = processor(photo, return_tensors="pt")["pixel_values"]
@@ -82,9 +82,9 @@ def test_center_crop_option(photo):
 
 
 def test_save_load_and_auto_image_processor(tmp_path):
-    processor = ViTImageProcessor(size={"height": 24, "width": 24}, image_mean=[0.4, 0.5, 0.6])
+    processor = XcvViTImageProcessor(size={"height": 24, "width": 24}, image_mean=[0.4, 0.5, 0.6])
     processor.save_pretrained(tmp_path)
-    again = ViTImageProcessor.from_pretrained(tmp_path)
+    again = XcvViTImageProcessor.from_pretrained(tmp_path)
     assert again.size == {"height": 24, "width": 24}
     assert list(again.image_mean) == [0.4, 0.5, 0.6]
 
@@ -106,11 +106,11 @@ def test_save_load_and_auto_image_processor(tmp_path):
 )
 def test_bad_inputs_say_what_they_got(images, message):
     with pytest.raises(ValueError, match=message):
-        ViTImageProcessor(size={"height": 8, "width": 8})(images, return_tensors="pt")
+        XcvViTImageProcessor(size={"height": 8, "width": 8})(images, return_tensors="pt")
 
 
 def test_ambiguous_layouts_are_resolved_by_input_data_format():
-    processor = ViTImageProcessor(size={"height": 4, "width": 4}, do_resize=False)
+    processor = XcvViTImageProcessor(size={"height": 4, "width": 4}, do_resize=False)
     hwc = np.arange(48, dtype=np.uint8).reshape(4, 4, 3)
     last = processor(hwc, input_data_format="channels_last", return_tensors="pt")["pixel_values"]
     first = processor(hwc.transpose(2, 0, 1), input_data_format="channels_first", return_tensors="pt")["pixel_values"]
@@ -122,5 +122,5 @@ def test_a_datasets_column_is_a_batch():
     from hf_xcv.data import load_digits_dataset
 
     column = load_digits_dataset()["test"]["image"]
-    pixels = ViTImageProcessor(size={"height": 8, "width": 8})(column, return_tensors="pt")["pixel_values"]
+    pixels = XcvViTImageProcessor(size={"height": 8, "width": 8})(column, return_tensors="pt")["pixel_values"]
     assert pixels.shape == (179, 3, 8, 8)

@@ -51,7 +51,7 @@ print("ok")
 def test_auto_round_trip_in_a_fresh_process(tmp_path, subprocess_env):
     config = hf_xcv.preset_config("vit-test-tiny", num_labels=3)
     model = hf_xcv.ViTForImageClassification(config).eval()
-    processor = hf_xcv.ViTImageProcessor(size={"height": 16, "width": 16})
+    processor = hf_xcv.XcvViTImageProcessor(size={"height": 16, "width": 16})
     model.save_pretrained(tmp_path / "model")
     processor.save_pretrained(tmp_path / "model")
     image = PIL.Image.fromarray(np.random.default_rng(0).integers(0, 255, (16, 16, 3), dtype=np.uint8))

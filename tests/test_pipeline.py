@@ -16,7 +16,7 @@ def test_pipeline_on_a_saved_folder(tmp_path):
     config = hf_xcv.preset_config("vit-test-tiny", num_labels=4, id2label=labels)
     config.label2id = {v: k for k, v in labels.items()}
     model = hf_xcv.ViTForImageClassification(config).eval()
-    processor = hf_xcv.ViTImageProcessor(size={"height": 16, "width": 16})
+    processor = hf_xcv.XcvViTImageProcessor(size={"height": 16, "width": 16})
     model.save_pretrained(tmp_path)
     processor.save_pretrained(tmp_path)
 

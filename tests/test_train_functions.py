@@ -43,7 +43,7 @@ def test_a_saved_dataset_with_plain_integer_labels_gets_correct_names(script, tm
 
 def test_fine_tuning_takes_overrides_and_refuses_a_preset_too(script, tmp_path):
     hf_xcv.ViTForImageClassification(hf_xcv.preset_config("vit-test-tiny", num_labels=3)).save_pretrained(tmp_path)
-    hf_xcv.ViTImageProcessor(size={"height": 16, "width": 16}).save_pretrained(tmp_path)
+    hf_xcv.XcvViTImageProcessor(size={"height": 16, "width": 16}).save_pretrained(tmp_path)
     args = script.ModelArguments(model_name_or_path=str(tmp_path), config_overrides="drop_path_rate=0.1")
     model, processor = script.build_model_and_processor(args, ["a", "b", "c", "d", "e"])
     assert model.config.drop_path_rate == 0.1

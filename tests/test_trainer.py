@@ -19,7 +19,7 @@ def test_trainer_fine_tunes_vit_on_digits(tmp_path):
     digits = load_digits_dataset()
     config = hf_xcv.preset_config("vit-test-tiny", num_labels=10, image_size=8, patch_size=2)
     model = hf_xcv.ViTForImageClassification(config)
-    processor = hf_xcv.ViTImageProcessor(size={"height": 8, "width": 8})
+    processor = hf_xcv.XcvViTImageProcessor(size={"height": 8, "width": 8})
     transform = image_classification_transform(processor)
     args = TrainingArguments(
         output_dir=str(tmp_path),

@@ -136,7 +136,7 @@ def test_on_disk_conversion_cli_with_verification(hf_vit_dir, tmp_path, repo_roo
     model = transformers.AutoModelForImageClassification.from_pretrained(out)
     processor = transformers.AutoImageProcessor.from_pretrained(out)
     assert isinstance(model, hf_xcv.ViTForImageClassification)
-    assert isinstance(processor, hf_xcv.ViTImageProcessor)
+    assert isinstance(processor, hf_xcv.XcvViTImageProcessor)
     # refuses to overwrite without being told to
     again = subprocess.run(
         [sys.executable, "-m", "conversion.vit", "--input", str(hf_vit_dir), "--output", str(out)],

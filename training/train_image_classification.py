@@ -122,7 +122,7 @@ def build_model_and_processor(args: ModelArguments, labels: list[str]) -> tuple[
     config = hf_xcv.preset_config(args.preset or "vit-digits", **overrides)
     config._attn_implementation = args.attn_implementation
     size = to_pair(config.image_size)
-    processor = hf_xcv.ViTImageProcessor(size={"height": size[0], "width": size[1]})
+    processor = hf_xcv.XcvViTImageProcessor(size={"height": size[0], "width": size[1]})
     return hf_xcv.ViTForImageClassification(config), processor
 
 

@@ -15,7 +15,7 @@ from .rules import Rule, rename_keys
 
 SOURCE_MODEL_TYPE = "vit"
 TARGET_MODEL_TYPE = "xcv_vit"
-PROCESSOR_TYPE = "ViTImageProcessor"
+PROCESSOR_TYPE = "XcvViTImageProcessor"
 
 _P = r"^(vit\.)?"  # optional prefix of ViTForImageClassification checkpoints
 _L = _P + r"encoder\.layer\.(\d+)\."  # one encoder block, on-disk names

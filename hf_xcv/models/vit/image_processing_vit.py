@@ -11,8 +11,13 @@ from transformers.image_utils import IMAGENET_STANDARD_MEAN, IMAGENET_STANDARD_S
 from ...processing import prepare_images
 
 
-class ViTImageProcessor(PilBackend):
+class XcvViTImageProcessor(PilBackend):
     """Takes the constructor arguments of transformers' ``ViTImageProcessor``.
+
+    Saved as ``"image_processor_type": "XcvViTImageProcessor"``: transformers resolves that field by class
+    name, so a name it has itself would make its own ViT repos load this class after ``import hf_xcv``.
+    Folders saved under the old name (``ViTImageProcessor``) load with this class's ``from_pretrained``, and
+    through ``AutoImageProcessor`` as transformers' ViT processor (the same arguments and pixels).
 
     Args (all optional, also accepted per call):
         do_resize / size: resize to ``{"height", "width"}`` (or ``{"shortest_edge"}``).
@@ -45,3 +50,6 @@ class ViTImageProcessor(PilBackend):
         data_format = getattr(data_format, "value", data_format)
         arrays = prepare_images(images, to_rgb=bool(to_rgb), data_format=data_format)
         return super().preprocess(arrays, *args, input_data_format="channels_first", do_convert_rgb=False, **kwargs)
+
+
+ViTImageProcessor = XcvViTImageProcessor  # the name of earlier versions (its class saves the new type name)
