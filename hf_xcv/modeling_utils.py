@@ -5,9 +5,16 @@ with a warning. For hf_xcv that would hide a broken or mismatched checkpoint, so
 
 * converts checkpoints of other libraries' model types (e.g. transformers' ``vit``) on load,
 * refuses checkpoints of a model type it cannot take, naming both types,
-* raises when a backbone weight is missing or left over (a task head may be missing: that is how
-  fine-tuning starts from a backbone checkpoint; a head of another task may be left over),
-* turns a truncated or corrupt weights file into an error naming the file.
+* raises when a weight the checkpoint's own architecture has is missing, or when the checkpoint holds
+  weights that architecture does not have (a task head may be missing: that is how fine-tuning starts from a
+  backbone checkpoint; a head of another task may be left over),
+* initialises and reports what the requested configuration adds beyond the checkpoint's own (a new
+  attention core, ``from_pretrained(path, attention_type="performer")``) and what it no longer uses,
+* raises ``CheckpointMismatchError`` (a ValueError and, as transformers raises, a RuntimeError) for backbone
+  weights of the wrong shape,
+* turns a truncated or corrupt weights file into an error naming the file,
+
+and every error and report names the user's path, never a temporary conversion folder.
 """
 
 from __future__ import annotations
@@ -17,15 +24,20 @@ import logging
 import os
 import pickle
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, ClassVar
 
+import torch
 from safetensors import SafetensorError
 from torch import nn
 from transformers import PreTrainedModel
 from transformers import initialization as init
 
+from .attention import AttentionCore
 from .configuration_utils import check_attention_serves
 from .conversion import (
+    CheckpointMismatchError,
     CorruptCheckpointError,
     convert_checkpoint,
     convertible_sources,
@@ -97,31 +109,45 @@ class XcvPreTrainedModel(PreTrainedModel):
             convert_checkpoint(
                 source, converted, cls.config_class.model_type, for_task_model=cls._is_task_model, **hub_kwargs
             )
-            result = cls._load_checked(converted, *model_args, **rest)
+            result = cls._load_checked(converted, *model_args, shown_as=source, **rest)
         model = result[0] if isinstance(result, tuple) else result
         model.config._name_or_path = str(source)
         model.name_or_path = str(source)
         return result
 
     @classmethod
-    def _load_checked(cls, path: str | os.PathLike | None, *model_args: Any, **kwargs: Any):
+    def _load_checked(
+        cls, path: str | os.PathLike | None, *model_args: Any, shown_as: str | os.PathLike | None = None, **kwargs: Any
+    ):
+        """transformers' loading, then the checks of the module docstring; ``shown_as`` is the path the user
+        gave when ``path`` is a conversion folder."""
+        shown = path if shown_as is None else shown_as
         want_info = kwargs.pop("output_loading_info", False)
+        hub_kwargs, _ = split_hub_kwargs(kwargs)
         try:
-            model, info = super().from_pretrained(path, *model_args, output_loading_info=True, **kwargs)
+            with _reports_naming(path, shown):
+                model, info = super().from_pretrained(path, *model_args, output_loading_info=True, **kwargs)
         except (SafetensorError, OSError, EOFError, pickle.UnpicklingError, RuntimeError) as err:
             corrupt = find_corrupt_weights(path) if path is not None else None
             if corrupt is not None:
-                raise CorruptCheckpointError(corrupt) from err
+                raise CorruptCheckpointError(corrupt.replace(str(path), str(shown))) from err
             if isinstance(err, SafetensorError):
-                raise CorruptCheckpointError(f"a weights file of {path} is corrupt or truncated: {err}") from err
+                raise CorruptCheckpointError(f"a weights file of {shown} is corrupt or truncated: {err}") from err
             if isinstance(err, RuntimeError) and "ignore_mismatched_sizes" in str(err):
-                raise ValueError(
-                    f"checkpoint {path} has weights whose shapes do not match its config (see the load report above); "
-                    "pass ignore_mismatched_sizes=True only to re-initialise a task head on purpose"
+                raise CheckpointMismatchError(
+                    f"checkpoint {shown} has weights whose shapes do not match its config (see the load report "
+                    "above); pass ignore_mismatched_sizes=True only to re-initialise a task head on purpose"
                 ) from err
             raise
-        model._check_loading_info(info, path)
+        model._check_loading_info(info, path, shown, hub_kwargs)
         return (model, info) if want_info else model
+
+    def _initialize_weights(self, module: nn.Module, is_custom_code: bool = False) -> None:
+        # An attention core's own tensors (random features, identity projections, ...) are not what a model's
+        # _init_weights makes: a core missing from a checkpoint starts as a freshly built one.
+        if isinstance(module, AttentionCore) and not getattr(module, "_is_hf_initialized", False):
+            module.initialize_unloaded_()
+        super()._initialize_weights(module, is_custom_code)
 
     def __init__(self, config, *inputs: Any, **kwargs: Any):
         super().__init__(config, *inputs, **kwargs)
@@ -158,25 +184,74 @@ class XcvPreTrainedModel(PreTrainedModel):
         key = key[len(prefix) :] if key.startswith(prefix) else key
         return key.split(".", 1)[0] in self._task_head_modules
 
-    def _check_loading_info(self, info: dict[str, Any], path: Any) -> None:
-        missing = [k for k in info.get("missing_keys", ()) if not self._is_head_key(k)]
-        if missing:
-            raise ValueError(f"checkpoint {path} is missing {len(missing)} weights of the model: {_show(missing)}")
-        unexpected = [k for k in info.get("unexpected_keys", ()) if not self._is_head_key(k)]
-        if unexpected:
-            raise ValueError(
-                f"checkpoint {path} has {len(unexpected)} weights the model does not have "
-                f"(another architecture or size?): {_show(unexpected)}"
-            )
+    def _check_loading_info(self, info: dict[str, Any], path: Any, shown: Any, hub_kwargs: dict[str, Any]) -> None:
         mismatched = [k for k, *_ in info.get("mismatched_keys", ()) if not self._is_head_key(k)]
         if mismatched:  # ignore_mismatched_sizes=True is for re-initialising a task head, not the backbone
-            raise ValueError(
-                f"checkpoint {path} has {len(mismatched)} backbone weights whose shapes do not match: "
+            raise CheckpointMismatchError(
+                f"checkpoint {shown} has {len(mismatched)} backbone weights whose shapes do not match: "
                 f"{_show(mismatched)}"
             )
-        new_head = sorted(info.get("missing_keys", ())) + sorted(k for k, *_ in info.get("mismatched_keys", ()))
+        missing = {k for k in info.get("missing_keys", ()) if not self._is_head_key(k)}
+        unexpected = {k for k in info.get("unexpected_keys", ()) if not self._is_head_key(k)}
+        if missing or unexpected:
+            own = self._checkpoint_architecture_keys(path, hub_kwargs)
+            if missing & own:
+                raise ValueError(
+                    f"checkpoint {shown} is missing {len(missing & own)} weights of the model: {_show(missing & own)}"
+                )
+            if unexpected - own:
+                raise ValueError(
+                    f"checkpoint {shown} has {len(unexpected - own)} weights the model does not have "
+                    f"(another architecture or size?): {_show(unexpected - own)}"
+                )
+            if missing:
+                logger.warning(
+                    "newly initialised weights that this configuration (attention_type=%r) adds to the checkpoint's "
+                    "(train before use): %s",
+                    self.config.attention_type,
+                    _show(list(missing)),
+                )
+            if unexpected:
+                logger.warning("checkpoint weights this configuration does not use: %s", _show(list(unexpected)))
+        new_head = [k for k in info.get("missing_keys", ()) if self._is_head_key(k)]
+        new_head += [k for k, *_ in info.get("mismatched_keys", ())]
         if new_head:
-            logger.warning("newly initialised task-head weights (train before use): %s", _show(list(new_head)))
+            logger.warning("newly initialised task-head weights (train before use): %s", _show(new_head))
+
+    def _checkpoint_architecture_keys(self, path: Any, hub_kwargs: dict[str, Any]) -> set[str]:
+        """The state-dict keys this class has under the checkpoint's own saved config (the model's own config
+        when there is no saved one), built on the meta device: what the checkpoint should hold."""
+        config = self.config
+        if path is not None:
+            try:
+                config = self.config_class.from_dict(load_config_dict(path, **hub_kwargs))
+            except OSError:
+                pass
+        with torch.device("meta"):
+            reference = type(self)(config)
+        return set(reference.state_dict())
+
+
+@contextmanager
+def _reports_naming(path: Any, shown: Any) -> Iterator[None]:
+    """transformers' load report names the folder it loaded; while loading a conversion folder it names the
+    user's path instead."""
+    if path is None or str(path) == str(shown):
+        yield
+        return
+
+    def rename(record: logging.LogRecord) -> bool:
+        record.msg = str(record.msg).replace(str(path), str(shown))
+        return True
+
+    loggers = [logging.getLogger(name) for name in ("transformers.modeling_utils", "transformers.utils.loading_report")]
+    for target in loggers:
+        target.addFilter(rename)
+    try:
+        yield
+    finally:
+        for target in loggers:
+            target.removeFilter(rename)
 
 
 def init_sequence_model_weights(module: nn.Module, std: float) -> None:

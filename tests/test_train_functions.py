@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import torch
 from datasets import Dataset, DatasetDict
 from helpers import load_script
 from PIL import Image
@@ -54,6 +55,17 @@ def test_fine_tuning_takes_overrides_and_refuses_a_preset_too(script, tmp_path):
         )
     with pytest.raises(ValueError, match=r"has no field \['drop_pth_rate'\]"):
         script.build_model_and_processor(script.ModelArguments(config_overrides="drop_pth_rate=0.1"), ["a", "b"])
+
+
+def test_fine_tuning_a_checkpoint_with_another_attention(script, tmp_path):
+    """--model_name_or_path with --attention_type: the new core is initialised, the rest is the checkpoint's."""
+    hf_xcv.ViTForImageClassification(hf_xcv.preset_config("vit-test-tiny", num_labels=3)).save_pretrained(tmp_path)
+    hf_xcv.XcvViTImageProcessor(size={"height": 16, "width": 16}).save_pretrained(tmp_path)
+    args = script.ModelArguments(model_name_or_path=str(tmp_path), attention_type="performer")
+    model, _ = script.build_model_and_processor(args, ["a", "b", "c"])
+    assert model.config.attention_type == "performer"
+    saved = hf_xcv.ViTForImageClassification.from_pretrained(tmp_path)
+    assert torch.equal(model.vit.encoder.layers[0].mlp.fc1.weight, saved.vit.encoder.layers[0].mlp.fc1.weight)
 
 
 def test_a_saved_translation_dataset_is_checked_and_cut(translation, tmp_path):

@@ -47,11 +47,14 @@ k))`` (with an ``attention_bias`` too, for entries that declare it).
 from __future__ import annotations
 
 import inspect
+from collections.abc import Iterator
 from dataclasses import dataclass, fields
+from itertools import chain
 from typing import Any, ClassVar, NamedTuple
 
 import torch
 from torch import nn
+from transformers import initialization as init
 
 
 @dataclass(frozen=True)
@@ -187,6 +190,30 @@ class AttentionCore(nn.Module):
             raise ValueError(f"num_heads and head_dim must be positive, got {num_heads} and {head_dim}")
         self.num_heads = num_heads
         self.head_dim = head_dim
+        self.attention_kwargs: dict[str, Any] = {}  # the settings it was built with (set by build_attention)
+
+    def _own_tensors(self) -> Iterator[tuple[str, torch.Tensor]]:
+        """The core's parameters and buffers, except those of standard layers (Linear, LayerNorm, Embedding),
+        which a model's ``_init_weights`` initialises like any other."""
+        for prefix, module in self.named_modules():
+            if isinstance(module, (nn.Linear, nn.LayerNorm, nn.Embedding)):
+                continue
+            for name, tensor in chain(module.named_parameters(recurse=False), module.named_buffers(recurse=False)):
+                yield (f"{prefix}.{name}" if prefix else name), tensor
+
+    @torch.no_grad()
+    def initialize_unloaded_(self) -> None:
+        """Give every tensor of the core that holds no loaded value (transformers flags loaded ones
+        ``_is_hf_initialized``) the value a new core of the same settings starts with: random features, identity
+        projections, centroids, seeds. A model calls it when it initialises weights, so a core that a checkpoint
+        did not have (another ``attention_type`` than it was saved with) starts as if built fresh."""
+        own = dict(self._own_tensors())
+        if all(getattr(tensor, "_is_hf_initialized", False) for tensor in own.values()):
+            return
+        with torch.device("cpu"):  # outside the meta device transformers builds models on
+            fresh = dict(type(self)(self.num_heads, self.head_dim, **self.attention_kwargs)._own_tensors())
+        for name, tensor in own.items():
+            init.copy_(tensor, fresh[name].to(tensor.dtype))
 
     def forward(
         self,
@@ -478,7 +505,9 @@ def check_capabilities(name: str, **requests: Any) -> None:
 def build_attention(name: str, num_heads: int, head_dim: int, **attention_kwargs: Any) -> AttentionCore:
     """Build the core registered as ``name``, after validating ``attention_kwargs``."""
     validate_attention_kwargs(name, attention_kwargs)
-    return get_attention_class(name)(num_heads=num_heads, head_dim=head_dim, **attention_kwargs)
+    core = get_attention_class(name)(num_heads=num_heads, head_dim=head_dim, **attention_kwargs)
+    core.attention_kwargs = dict(attention_kwargs)
+    return core
 
 
 def capability_table() -> list[dict[str, Any]]:

@@ -22,6 +22,7 @@ from transformers.utils import cached_file
 
 from .checkpoint_io import (
     HUB_KWARGS,
+    CheckpointMismatchError,
     CorruptCheckpointError,
     atomic_directory,
     find_corrupt_weights,
@@ -109,6 +110,7 @@ def _copy_processor_config(
 __all__ = [
     "CONVERTERS",
     "HUB_KWARGS",
+    "CheckpointMismatchError",
     "CorruptCheckpointError",
     "atomic_directory",
     "convert_checkpoint",

@@ -31,6 +31,11 @@ class CorruptCheckpointError(ValueError):
     """A weights file cannot be read: truncated, corrupt, or not a weights file at all."""
 
 
+class CheckpointMismatchError(ValueError, RuntimeError):
+    """Checkpoint weights whose shapes do not match the model. A RuntimeError too, which is what transformers
+    raises for them: code written for transformers catches it."""
+
+
 def split_hub_kwargs(kwargs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """(file-locating kwargs, everything else)."""
     hub = {k: v for k, v in kwargs.items() if k in HUB_KWARGS}

@@ -1,0 +1,143 @@
+"""from_pretrained: switching the attention of a checkpoint, strictness where it protects, errors and reports that
+name the user's path, transformers' exception types, and loading from a state dict."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import safetensors.torch
+import torch
+import transformers
+from test_models_common import HEADS, main_output, make_inputs, serves, tiny_config
+
+import hf_xcv
+from hf_xcv.attention import AttentionCore, available_attention_types, get_attention_class
+from hf_xcv.auto import AUTO_CLASSES
+from hf_xcv.conversion import CheckpointMismatchError
+
+SWITCHES = [
+    (case, name) for case in HEADS for name in available_attention_types() if name != "full" and serves(case[2], name)
+]
+
+
+class Records(logging.Handler):
+    """Collects what a logger emits (transformers' loggers do not propagate to pytest's capture)."""
+
+    def __init__(self, *names: str):
+        super().__init__()
+        self.messages: list[str] = []
+        self.loggers = [logging.getLogger(name) for name in names]
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+    def __enter__(self):
+        for target in self.loggers:
+            target.addHandler(self)
+        return self
+
+    def __exit__(self, *exc):
+        for target in self.loggers:
+            target.removeHandler(self)
+
+
+@pytest.fixture(scope="module")
+def full_checkpoints(tmp_path_factory):
+    """One checkpoint with full attention per task model."""
+    folders = {}
+    for model_type, _, head in HEADS:
+        torch.manual_seed(0)
+        folder = tmp_path_factory.mktemp(head.__name__)
+        head(tiny_config(model_type)).save_pretrained(folder)
+        folders[head] = folder
+    return folders
+
+
+@pytest.mark.parametrize("case, attention_type", SWITCHES, ids=[f"{c[2].__name__}-{n}" for c, n in SWITCHES])
+def test_a_checkpoint_loads_with_another_attention_and_reports_what_it_adds(case, attention_type, full_checkpoints):
+    model_type, auto_name, head = case
+    kwargs = dict(get_attention_class(attention_type).small_kwargs)
+    with Records("hf_xcv.modeling_utils") as records:
+        model = (
+            AUTO_CLASSES[auto_name]
+            .from_pretrained(full_checkpoints[head], attention_type=attention_type, attention_kwargs=kwargs)
+            .eval()
+        )
+    assert model.config.attention_type == attention_type
+    core = next(m for m in model.modules() if isinstance(m, AttentionCore))
+    own = dict(core._own_tensors())
+    if own:  # the new core's tensors are reported and start as a freshly built core's
+        assert any("newly initialised weights" in message for message in records.messages)
+        fresh = dict(type(core)(core.num_heads, core.head_dim, **kwargs)._own_tensors())
+        for name, tensor in own.items():
+            assert torch.isfinite(tensor.float()).all(), name
+            if tensor.is_floating_point() and tensor.numel() > 1:  # same distribution as a fresh draw
+                torch.testing.assert_close(tensor.float().std(), fresh[name].float().std(), rtol=0.5, atol=1e-6)
+    inputs = make_inputs(model, labels=False, padded=get_attention_class(attention_type).capabilities.padding_mask)
+    with torch.no_grad():
+        assert torch.isfinite(main_output(model(**inputs))).all()
+
+
+def test_a_switched_checkpoint_loads_back_into_full_attention_and_reports_the_unused_weights(tmp_path):
+    config = tiny_config("xcv_vit", attention_type="performer", attention_kwargs={"nb_features": 16})
+    hf_xcv.ViTForImageClassification(config).save_pretrained(tmp_path)
+    with Records("hf_xcv.modeling_utils") as records:
+        model = hf_xcv.ViTForImageClassification.from_pretrained(tmp_path, attention_type="full", attention_kwargs={})
+    assert model.config.attention_type == "full"
+    assert any("does not use" in message and "core.projection" in message for message in records.messages)
+
+
+def test_strictness_stays_for_weights_of_the_checkpoints_own_architecture(tmp_path):
+    hf_xcv.ViTForImageClassification(tiny_config("xcv_vit")).save_pretrained(tmp_path)
+    weights = safetensors.torch.load_file(tmp_path / "model.safetensors")
+    # a weight the checkpoint's own architecture has, missing: refused even when switching the attention
+    broken = {k: v for k, v in weights.items() if k != "vit.encoder.layers.0.mlp.fc1.weight"}
+    safetensors.torch.save_file(broken, tmp_path / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(ValueError, match=r"is missing 1 weights of the model: vit\.encoder\.layers\.0\.mlp\.fc1"):
+        hf_xcv.ViTForImageClassification.from_pretrained(tmp_path, attention_type="linformer")
+    # a weight no configuration of the checkpoint has: refused
+    extra = {**weights, "vit.encoder.layers.0.attention.core.stray": torch.zeros(3)}
+    safetensors.torch.save_file(extra, tmp_path / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(ValueError, match=r"has 1 weights the model does not have.*core\.stray"):
+        hf_xcv.ViTForImageClassification.from_pretrained(tmp_path)
+
+
+@pytest.fixture
+def transformers_vit(tmp_path):
+    config = transformers.ViTConfig(
+        image_size=32, patch_size=8, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+        intermediate_size=64, num_labels=3,
+    )  # fmt: skip
+    transformers.ViTForImageClassification(config).save_pretrained(tmp_path)
+    return tmp_path
+
+
+def test_errors_and_reports_of_a_converted_checkpoint_name_the_users_path(transformers_vit):
+    weights = safetensors.torch.load_file(transformers_vit / "model.safetensors")
+    del weights["vit.encoder.layer.0.output.dense.weight"]
+    safetensors.torch.save_file(weights, transformers_vit / "model.safetensors", metadata={"format": "pt"})
+    with Records("transformers.modeling_utils") as records, pytest.raises(ValueError) as err:
+        hf_xcv.ViTForImageClassification.from_pretrained(transformers_vit)
+    assert str(transformers_vit) in str(err.value) and "hf_xcv-convert" not in str(err.value)
+    report = [message for message in records.messages if "LOAD REPORT" in message]
+    assert report and all(str(transformers_vit) in m and "hf_xcv-convert" not in m for m in report)
+
+
+def test_shape_mismatches_are_catchable_as_transformers_runtime_error(transformers_vit):
+    with pytest.raises(RuntimeError, match="shapes do not match") as err:
+        hf_xcv.ViTForImageClassification.from_pretrained(transformers_vit, intermediate_size=48)
+    assert isinstance(err.value, (CheckpointMismatchError, ValueError))
+    assert str(transformers_vit) in str(err.value) and "hf_xcv-convert" not in str(err.value)
+
+
+def test_from_pretrained_none_with_a_config_and_a_state_dict_works_as_in_transformers():
+    torch.manual_seed(0)
+    model = hf_xcv.ViTForImageClassification(tiny_config("xcv_vit")).eval()
+    loaded = hf_xcv.ViTForImageClassification.from_pretrained(None, config=model.config, state_dict=model.state_dict())
+    pixels = make_inputs(model, labels=False)["pixel_values"]
+    with torch.no_grad():
+        assert torch.equal(loaded.eval()(pixels).logits, model(pixels).logits)
+    partial = {k: v for k, v in model.state_dict().items() if "layers.1.mlp" not in k}
+    with pytest.raises(ValueError, match="is missing 4 weights"):
+        hf_xcv.ViTForImageClassification.from_pretrained(None, config=model.config, state_dict=partial)
