@@ -24,6 +24,7 @@ import logging
 import os
 import pickle
 import tempfile
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, ClassVar
@@ -33,6 +34,9 @@ from safetensors import SafetensorError
 from torch import nn
 from transformers import PreTrainedModel
 from transformers import initialization as init
+from transformers.cache_utils import Cache
+from transformers.generation import GenerationMixin
+from transformers.generation.configuration_utils import ALL_STATIC_CACHE_IMPLEMENTATIONS
 
 from .attention import AttentionCore
 from .configuration_utils import check_attention_serves
@@ -173,6 +177,17 @@ class XcvPreTrainedModel(PreTrainedModel):
             )
         return {key: value for key, value in kwargs.items() if value is not None}
 
+    def take_cache(self, cache: Cache | None, kwargs: dict[str, Any]) -> Cache | None:
+        """``cache``, or what was passed as ``past_key_values`` (its old name, which transformers 5 still takes
+        with a deprecation warning; taken out of ``kwargs`` here so that it is never swallowed)."""
+        old = kwargs.pop("past_key_values", None)
+        if old is None:
+            return cache
+        if cache is not None:
+            raise ValueError("pass cache or past_key_values (its old name), not both")
+        warnings.warn("past_key_values is deprecated: pass the key/value cache as cache=", FutureWarning, stacklevel=3)
+        return old
+
     def _resolve_outputs(self, output_attentions: bool | None, output_hidden_states: bool | None) -> tuple[bool, bool]:
         """The call's ``output_attentions`` / ``output_hidden_states``, falling back to the config's."""
         attentions = self.config.output_attentions if output_attentions is None else output_attentions
@@ -230,6 +245,44 @@ class XcvPreTrainedModel(PreTrainedModel):
         with torch.device("meta"):
             reference = type(self)(config)
         return set(reference.state_dict())
+
+
+class XcvGenerationMixin(GenerationMixin):
+    """transformers' ``generate`` within what hf_xcv's generative models support.
+
+    * Generation stops at the model's last position: ``max_length`` beyond ``generation_length_limit()`` is
+      cut to it with a warning, instead of failing at that step and losing the output.
+    * Keys and values go in a growing ``DynamicCache``; static caches (``cache_implementation="static"``, which
+      hands every layer a buffer of the final length) are refused by name.
+    """
+
+    def generation_length_limit(self) -> int | None:
+        """The longest sequence ``generate`` can produce (the positions the model has, plus the last token,
+        which is never fed back); None without a limit."""
+        return None
+
+    def _prepare_generated_length(self, generation_config, *args: Any, **kwargs: Any):
+        generation_config = super()._prepare_generated_length(generation_config, *args, **kwargs)
+        limit = self.generation_length_limit()
+        if limit is not None and generation_config.max_length > limit:
+            logger.warning(
+                "max_length=%d is beyond the %d positions of the model (max_position_embeddings); generation stops "
+                "at %d tokens",
+                generation_config.max_length,
+                limit - 1,
+                limit,
+            )
+            generation_config.max_length = limit
+        return generation_config
+
+    def _prepare_cache_for_generation(self, generation_config, *args: Any, **kwargs: Any):
+        if generation_config.cache_implementation in ALL_STATIC_CACHE_IMPLEMENTATIONS:
+            raise ValueError(
+                f"cache_implementation={generation_config.cache_implementation!r} is not supported by "
+                f"{type(self).__name__}: its attention keeps a growing DynamicCache (leave cache_implementation unset "
+                "or 'dynamic')"
+            )
+        return super()._prepare_cache_for_generation(generation_config, *args, **kwargs)
 
 
 @contextmanager

@@ -65,13 +65,15 @@ def make(name: str, dtype=torch.float64, seed: int = 0, **kwargs):
     return build_attention(name, 2, 8, **kwargs).to(dtype).eval()
 
 
-def call(core, q, k, v, name: str, keep=None, causal=False, prefix: int | None = None, bias=None):
+def call(core, q, k, v, name: str, keep=None, causal=False, prefix: int | None = None, bias=None, **extra):
     _, grid, default_prefix = layout(name)
     prefix = default_prefix if prefix is None else prefix
     if causal and grid is not None:
         prefix = 0
         grid = (4, 4)
-    return core(q, k, v, attention_mask=keep, causal=causal, grid=grid, prefix_tokens=prefix, attention_bias=bias)
+    return core(
+        q, k, v, attention_mask=keep, causal=causal, grid=grid, prefix_tokens=prefix, attention_bias=bias, **extra
+    )
 
 
 def inputs(name: str, causal: bool, dtype=torch.float64, seed=0, batch: int = 2):
@@ -388,3 +390,22 @@ def test_every_entry_compiles_into_one_graph_with_its_masks_and_bias(case):
     with torch.no_grad():
         compiled = torch.compile(run, fullgraph=True, backend="eager")
         torch.testing.assert_close(compiled(q, k, v, keep, bias), run(q, k, v, keep, bias))
+
+
+@pytest.mark.parametrize(
+    "case", [c for c in CASES if get_attention_class(c[0]).capabilities.returns_weights], ids=case_id
+)
+def test_returned_weights_are_on_the_autograd_graph_and_give_the_values(case):
+    """As transformers' eager maps: values = weights @ v, and a gradient reaches the maps (retain_grad,
+    attribution), with the same values as without weights."""
+    name, causal = case
+    q, k, v = (t.requires_grad_() for t in inputs(name, causal))
+    core = make(name, **get_attention_class(name).small_kwargs)
+    plain = call(core, q, k, v, name, causal=causal).values
+    out = call(core, q, k, v, name, causal=causal, output_weights=True)
+    assert max_diff(out.values, plain) < TOL64
+    out.weights.retain_grad()
+    upstream = torch.randn(out.values.shape, generator=torch.Generator().manual_seed(4), dtype=out.values.dtype)
+    (out.values * upstream).sum().backward()
+    assert out.weights.grad is not None
+    assert max_diff(out.weights.grad, upstream @ v.detach().transpose(-1, -2)) < TOL64

@@ -70,6 +70,9 @@ def test_a_run_leaves_a_hub_ready_folder_with_scores_and_a_model_card(finished_r
     generation = json.loads((finished_run / "generation_config.json").read_text())
     assert generation["num_beams"] == 4 and generation["max_new_tokens"] == 8
     assert (finished_run / "checkpoints" / "LATEST").read_text().strip() == "step-00000006"
+    # truncation=True cuts to the positions of the model the tokenizer is saved with
+    positions = json.loads((finished_run / "config.json").read_text())["max_position_embeddings"]
+    assert json.loads((finished_run / "tokenizer_config.json").read_text())["model_max_length"] == positions
 
 
 def test_the_pushed_repo_holds_the_model_files_and_no_run_state(finished_run):

@@ -300,10 +300,19 @@ def test_bad_inputs_raise_clear_errors():
         model(input_ids=torch.full((3,), 5), decoder_input_ids=start)
 
 
-def test_generation_past_the_position_limit_is_a_clear_error():
+def test_generation_stops_at_the_last_position_and_keeps_its_output(caplog):
+    """Asked for more tokens than the decoder has positions, generate stops at the limit with a warning
+    instead of failing at that step and losing what it generated."""
     model = tiny(max_position_embeddings=8, init_std=0.3)
-    with pytest.raises(ValueError, match="max_position_embeddings=8"):
-        model.generate(input_ids=torch.tensor([[5, 6, 2]]), max_new_tokens=20, min_new_tokens=20)
+    source = torch.tensor([[5, 6, 2]])
+    with caplog.at_level("WARNING", logger="hf_xcv.modeling_utils"):
+        out = model.generate(input_ids=source, max_new_tokens=20, min_new_tokens=20)
+    assert out.shape == (1, 9)  # the start token, 7 fed back through positions 1..7, and the last one
+    assert "generation stops at 9 tokens" in caplog.text
+    assert torch.equal(model.generate(input_ids=source, max_new_tokens=8, min_new_tokens=8), out)
+    # a decoder input longer than the positions (teacher forcing) names what overflowed
+    with pytest.raises(ValueError, match="the target sequence of 9 tokens.*max_position_embeddings=8"):
+        model(input_ids=source, decoder_input_ids=torch.full((1, 9), 4))
 
 
 def test_auto_tokenizer_loads_the_transformer_tokenizer(tmp_path):

@@ -350,6 +350,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     data = load_data(data_args)
     tokenizer = load_or_train_tokenizer(accelerator, model_args, data["train"], data_args, out)
     model = build_model(model_args, tokenizer)
+    # truncation=True cuts to model_max_length: the positions of the model it is saved with
+    tokenizer.model_max_length = model.config.max_position_embeddings
     check_lengths(model, data_args, args)
     configure_generation(model, args)
     loaders = build_dataloaders(tokenize_splits(data, tokenizer, data_args), tokenizer, data_args, args)

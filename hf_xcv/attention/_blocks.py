@@ -308,6 +308,8 @@ def prefix_pattern(rule: torch.Tensor, q_len: int, kv_len: int, prefix_tokens: i
 class LayoutAttention(AttentionCore):
     """Base of the entries defined by a :class:`BlockLayout`: subclasses give :meth:`layout`."""
 
+    weights_are_copies = True  # the maps are assembled apart from the values
+
     def layout(self, q_len: int, kv_len: int, grid, prefix_tokens: int, causal: bool, device) -> BlockLayout:
         raise NotImplementedError
 

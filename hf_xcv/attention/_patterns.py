@@ -289,6 +289,8 @@ class SparsePatternAttention(AttentionCore):
     from its definition); this class runs :func:`sparse_attention` on it.
     """
 
+    weights_are_copies = True  # the maps are assembled apart from the values
+
     def pattern(self, length: int, causal: bool, prefix_tokens: int, device) -> SparsePattern:
         """The pattern over ``length`` tokens, the first ``prefix_tokens`` of them global."""
         raise NotImplementedError

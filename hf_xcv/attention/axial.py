@@ -56,6 +56,8 @@ class AxialAttention(AttentionCore):
         passes: ``"row_column"`` (both, the default), ``"row"`` or ``"column"`` (one pass).
     """
 
+    weights_are_copies = True  # the maps are assembled apart from the values
+
     name = "axial"
     capabilities = Capabilities(
         padding_mask=True,

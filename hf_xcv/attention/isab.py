@@ -43,6 +43,8 @@ class InducedSetAttention(AttentionCore):
     The inducing points are initialised Xavier-uniform per head, like the reference code.
     """
 
+    weights_are_copies = True  # the maps are assembled apart from the values
+
     name = "isab"
     capabilities = Capabilities(
         padding_mask=True,

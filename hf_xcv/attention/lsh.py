@@ -124,6 +124,8 @@ class LSHAttention(AttentionCore):
         seed: seed of the rotations, drawn anew from it on every call; None uses torch's global generator.
     """
 
+    weights_are_copies = True  # the maps are assembled apart from the values
+
     name = "lsh"
     capabilities = Capabilities(
         padding_mask=True,

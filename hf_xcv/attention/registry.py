@@ -183,6 +183,11 @@ class AttentionCore(nn.Module):
     # without keys (Synthesizer) drops "k"; the layer then builds no such projection (it would get no
     # gradient) and passes zeros of the right shape in its place.
     projections: ClassVar[tuple[str, ...]] = ("q", "k", "v")
+    # True when the returned weights are assembled from blocks, clusters or rounds beside the values rather than
+    # being what the values were computed from: with ``output_weights`` the base class then returns
+    # ``weights @ v`` as the values, so that the maps are on the autograd graph (``retain_grad``, attribution
+    # methods), as transformers' eager attention maps are. Costs an (Lq x Lk) matmul, only when weights are asked.
+    weights_are_copies: ClassVar[bool] = False
 
     def __init__(self, num_heads: int, head_dim: int):
         super().__init__()
@@ -270,7 +275,10 @@ class AttentionCore(nn.Module):
             state=state,
             module=self if module is None else module,
         )
-        return self.attend(q, k, v, call)
+        out = self.attend(q, k, v, call)
+        if output_weights and self.weights_are_copies and out.weights is not None:
+            out = out._replace(values=torch.matmul(out.weights.to(v.dtype), v))  # (B, H, Lq, D), on the graph
+        return out
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, call: AttentionCall) -> AttentionOutput:
         """The entry's attention on a validated call: q (B, H, Lq, D), k and v (B, H, Lk, D)."""

@@ -64,6 +64,8 @@ class RoutingAttention(AttentionCore):
         commitment: weight of the commitment loss returned as ``aux_loss`` (reference code: 1e-4).
     """
 
+    weights_are_copies = True  # the maps are assembled apart from the values
+
     name = "routing"
     capabilities = Capabilities(
         padding_mask=True,

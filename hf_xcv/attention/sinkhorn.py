@@ -75,6 +75,8 @@ class SinkhornAttention(AttentionCore):
         seed: seed of the Gumbel noise drawn in training (None: torch's global generator).
     """
 
+    weights_are_copies = True  # the maps are assembled apart from the values
+
     name = "sinkhorn"
     capabilities = Capabilities(
         padding_mask=True,

@@ -5,6 +5,7 @@ from .mlp import Mlp
 from .patch_embed import PatchEmbed, to_pair
 from .pos_embed import SINUSOIDAL_LAYOUTS, SinusoidalPositionEmbedding, resample_patch_pos_embed, sinusoidal_table
 from .reversible import ChunkedFeedForward, ReversibleBlock, ReversibleSequence, chunked_feed_forward
+from .token_embed import ScaledEmbedding, check_range, is_tracing
 
 __all__ = [
     "SINUSOIDAL_LAYOUTS",
@@ -14,9 +15,12 @@ __all__ = [
     "PatchEmbed",
     "ReversibleBlock",
     "ReversibleSequence",
+    "ScaledEmbedding",
     "SinusoidalPositionEmbedding",
+    "check_range",
     "chunked_feed_forward",
     "drop_path",
+    "is_tracing",
     "resample_patch_pos_embed",
     "sinusoidal_table",
     "to_pair",

@@ -15,7 +15,6 @@ from typing import Any
 import torch
 from torch import nn
 from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
-from transformers.generation import GenerationMixin
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import (
     BaseModelOutput,
@@ -26,9 +25,9 @@ from transformers.modeling_outputs import (
 from transformers.utils.generic import can_return_tuple
 
 from ...attention import MultiHeadAttention
-from ...layers import Mlp, SinusoidalPositionEmbedding
+from ...layers import Mlp, ScaledEmbedding, SinusoidalPositionEmbedding, check_range, is_tracing
 from ...losses import label_smoothed_loss
-from ...modeling_utils import XcvPreTrainedModel, init_sequence_model_weights
+from ...modeling_utils import XcvGenerationMixin, XcvPreTrainedModel, init_sequence_model_weights
 from .configuration_transformer import TRANSFORMER_ATTENTION_REQUESTS, TransformerConfig
 
 
@@ -55,8 +54,9 @@ def padding_keep_mask(attention_mask: torch.Tensor | None, length: int, name: st
 
 
 def check_not_empty(keep: torch.Tensor | None, name: str) -> None:
-    """A sequence whose (B, 1, 1, L) keep mask is all False has nothing to encode or attend to."""
-    if keep is not None:
+    """A sequence whose (B, 1, 1, L) keep mask is all False has nothing to encode or attend to (checked in eager
+    calls: a compiled or exported graph cannot branch on the mask's values)."""
+    if keep is not None and not is_tracing():
         has_tokens = keep.flatten(1).any(dim=-1)  # (B,)
         if not has_tokens.all():
             empty = (~has_tokens).nonzero().flatten().tolist()
@@ -64,14 +64,17 @@ def check_not_empty(keep: torch.Tensor | None, name: str) -> None:
 
 
 class TransformerStack(nn.Module):
-    """What encoder and decoder share: token embeddings scaled by sqrt(d_model), positions, dropout, blocks."""
+    """What encoder and decoder share: token embeddings scaled by sqrt(d_model), positions, dropout, blocks.
 
-    def __init__(self, config: TransformerConfig, vocab_size: int, layers: list[nn.Module]):
+    ``role`` ("source" or "target") names the sequence in error messages.
+    """
+
+    def __init__(self, config: TransformerConfig, vocab_size: int, layers: list[nn.Module], role: str):
         super().__init__()
-        self.vocab_size = vocab_size
+        self.role = role
         self.max_positions = config.max_position_embeddings
-        self.embed_scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
-        self.embed_tokens = nn.Embedding(vocab_size, config.d_model, padding_idx=config.pad_token_id)
+        scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
+        self.embed_tokens = ScaledEmbedding(vocab_size, config.d_model, config.pad_token_id, embed_scale=scale)
         if config.position_embedding_type == "learned":
             self.embed_positions = nn.Embedding(config.max_position_embeddings, config.d_model)
         else:
@@ -86,30 +89,38 @@ class TransformerStack(nn.Module):
     def embed(
         self, input_ids: torch.Tensor | None, inputs_embeds: torch.Tensor | None, past_length: int = 0
     ) -> torch.Tensor:
-        """(B, L) token ids, or (B, L, d_model) ready embeddings -> (B, L, d_model) block input."""
+        """(B, L) token ids, or (B, L, d_model) embeddings as ``embed_tokens`` makes them (scaled) -> (B, L,
+        d_model) block input."""
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("pass exactly one of input_ids and inputs_embeds")
         if input_ids is not None:
             if input_ids.dim() != 2:
                 raise ValueError(f"input_ids must be (batch, length), got shape {tuple(input_ids.shape)}")
-            # Checked on the first call only: later decoding steps feed back the model's own tokens, and the
-            # check synchronises an accelerator with the host.
-            if past_length == 0 and input_ids.numel() and (input_ids.min() < 0 or input_ids.max() >= self.vocab_size):
-                raise ValueError(
-                    f"token ids must lie in [0, {self.vocab_size}) (the vocabulary), got values from "
-                    f"{input_ids.min().item()} to {input_ids.max().item()}"
-                )
-            inputs_embeds = self.embed_tokens(input_ids) * self.embed_scale
+            # Checked on the first call only: later decoding steps feed back the model's own tokens.
+            if past_length == 0:
+                vocab = self.embed_tokens.num_embeddings  # resize_token_embeddings changes it
+                check_range(input_ids, 0, vocab, "token ids", "the vocabulary; ids outside it have no embedding")
+            inputs_embeds = self.embed_tokens(input_ids)
         length = inputs_embeds.shape[1]
         if length == 0:
             raise ValueError("empty input: a sequence needs at least one token (the tokenizer adds </s>)")
         if past_length + length > self.max_positions:
-            raise ValueError(
-                f"sequence of {past_length + length} tokens is longer than max_position_embeddings="
-                f"{self.max_positions}; truncate it (tokenizer(..., truncation=True, max_length={self.max_positions}))"
-            )
+            raise ValueError(self._overflow(past_length, length))
         positions = torch.arange(past_length, past_length + length, device=inputs_embeds.device)
         return self.dropout(inputs_embeds + self.embed_positions(positions).to(inputs_embeds.dtype))
+
+    def _overflow(self, past_length: int, length: int) -> str:
+        limit = self.max_positions
+        if self.role == "source":
+            return (
+                f"the source sequence of {length} tokens is longer than max_position_embeddings={limit}; truncate it "
+                f"(tokenizer(..., truncation=True, max_length={limit}))"
+            )
+        return (
+            f"the target sequence of {past_length + length} tokens ({past_length} generated or cached before this "
+            f"step) is longer than max_position_embeddings={limit}: the decoder has no position for it; generate() "
+            f"stops at max_length={limit}, and labels must be truncated to {limit} tokens"
+        )
 
     def finish(self, hidden_states: torch.Tensor) -> torch.Tensor:
         return hidden_states if self.layer_norm is None else self.layer_norm(hidden_states)
@@ -217,7 +228,7 @@ class TransformerEncoder(TransformerStack):
 
     def __init__(self, config: TransformerConfig):
         layers = [TransformerEncoderLayer(config, i) for i in range(config.encoder_layers)]
-        super().__init__(config, config.vocab_size, layers)
+        super().__init__(config, config.vocab_size, layers, role="source")
 
     def forward(
         self,
@@ -252,7 +263,7 @@ class TransformerDecoder(TransformerStack):
 
     def __init__(self, config: TransformerConfig):
         layers = [TransformerDecoderLayer(config, i) for i in range(config.decoder_layers)]
-        super().__init__(config, config.decoder_vocab_size, layers)
+        super().__init__(config, config.decoder_vocab_size, layers, role="target")
 
     def forward(
         self,
@@ -345,8 +356,8 @@ class TransformerModel(TransformerPreTrainedModel):
         if self.config.share_encoder_decoder_embeddings:
             self.decoder.embed_tokens = value
 
-    def get_encoder(self, modality: str | None = None) -> TransformerEncoder:
-        return self.encoder
+    # get_encoder is transformers' own: the text encoder for modality None, the model itself for "image" and
+    # "audio" (there is no such encoder), which exporters read as "not multimodal".
 
     def get_decoder(self) -> TransformerDecoder:
         return self.decoder
@@ -381,6 +392,7 @@ class TransformerModel(TransformerPreTrainedModel):
             last_hidden_state (batch, target_length, d_model), cache, encoder_last_hidden_state, and the
             hidden states / attention maps of both stacks on request.
         """
+        cache = self.take_cache(cache, kwargs)
         self.take_kwargs(kwargs)
         attentions, hidden = self._resolve_outputs(output_attentions, output_hidden_states)
         outputs = {"output_attentions": attentions, "output_hidden_states": hidden}  # asked of both stacks
@@ -414,7 +426,7 @@ class TransformerModel(TransformerPreTrainedModel):
         )
 
 
-class TransformerForConditionalGeneration(TransformerPreTrainedModel, GenerationMixin):
+class TransformerForConditionalGeneration(TransformerPreTrainedModel, XcvGenerationMixin):
     """Encoder-decoder with the output projection to the target vocabulary; ``generate`` translates."""
 
     _is_task_model = True
@@ -429,11 +441,36 @@ class TransformerForConditionalGeneration(TransformerPreTrainedModel, Generation
         self._tied_weights_keys = {"lm_head.weight": f"model.{embeddings}.embed_tokens.weight"} if tie else {}
         self.post_init()
 
-    def get_encoder(self, modality: str | None = None) -> TransformerEncoder:
-        return self.model.encoder
-
     def get_decoder(self) -> TransformerDecoder:
         return self.model.decoder
+
+    def generation_length_limit(self) -> int:
+        return self.config.max_position_embeddings + 1  # decoder tokens fed back, plus the last one generated
+
+    def _resize_token_embeddings(self, new_num_tokens: int, pad_to_multiple_of: int | None = None, *args: Any):
+        """The source vocabulary (``resize_token_embeddings``); with shared embeddings also the target side:
+        the decoder's embeddings, ``lm_head`` and ``decoder_vocab_size``."""
+        old = self.get_input_embeddings()
+        self.set_input_embeddings(self._get_resized_embeddings(old, new_num_tokens, pad_to_multiple_of))
+        if self.config.share_encoder_decoder_embeddings:
+            self._resize_target_side(self.get_input_embeddings().num_embeddings)
+        return self.get_input_embeddings()
+
+    def resize_decoder_token_embeddings(self, new_num_tokens: int) -> nn.Embedding:
+        """The target vocabulary of a model whose source and target embeddings are separate (as transformers'
+        Marian): the decoder's embeddings, ``lm_head`` and ``config.decoder_vocab_size``."""
+        if self.config.share_encoder_decoder_embeddings:
+            raise ValueError("source and target share their embeddings: resize both with resize_token_embeddings")
+        decoder = self.model.decoder
+        decoder.embed_tokens = self._get_resized_embeddings(decoder.embed_tokens, new_num_tokens)
+        self._resize_target_side(new_num_tokens)
+        self.tie_weights()
+        return decoder.embed_tokens
+
+    def _resize_target_side(self, new_num_tokens: int) -> None:
+        if not self.config.tie_word_embeddings:
+            self.lm_head = self._get_resized_lm_head(self.lm_head, new_num_tokens)
+        self.config.decoder_vocab_size = new_num_tokens
 
     def get_output_embeddings(self) -> nn.Linear:
         return self.lm_head
@@ -474,6 +511,7 @@ class TransformerForConditionalGeneration(TransformerPreTrainedModel, Generation
             loss (label-smoothed cross-entropy, with labels), logits (batch, target_length, decoder_vocab_size),
             cache, and the outputs of :class:`TransformerModel`.
         """
+        cache = self.take_cache(cache, kwargs)
         loss_kwargs = self.take_kwargs(kwargs)
         if labels is not None:
             if labels.dim() != 2 or labels.shape[1] == 0:

@@ -15,16 +15,15 @@ from typing import Any
 import torch
 from torch import nn
 from transformers.cache_utils import Cache, DynamicCache
-from transformers.generation import GenerationMixin
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import SequenceClassifierOutput
 from transformers.utils import ModelOutput
 from transformers.utils.generic import can_return_tuple
 
 from ...attention import MultiHeadAttention, PoolingByMultiheadAttention, get_attention_class
-from ...layers import Mlp, SinusoidalPositionEmbedding
+from ...layers import Mlp, SinusoidalPositionEmbedding, check_range, is_tracing
 from ...layers.reversible import ChunkedFeedForward, ReversibleSequence
-from ...modeling_utils import XcvPreTrainedModel, init_sequence_model_weights
+from ...modeling_utils import XcvGenerationMixin, XcvPreTrainedModel, init_sequence_model_weights
 from .configuration_xformer import XFormerConfig
 
 
@@ -68,7 +67,6 @@ class XFormerEmbeddings(nn.Module):
 
     def __init__(self, config: XFormerConfig):
         super().__init__()
-        self.vocab_size = config.vocab_size
         self.max_positions = config.max_position_embeddings
         self.word_embeddings = nn.Embedding(config.vocab_size, config.hidden_size, padding_idx=config.pad_token_id)
         if config.position_embedding_type == "learned":
@@ -81,18 +79,15 @@ class XFormerEmbeddings(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
         """(B, L) ids and positions -> (B, L, C)."""
-        if input_ids.numel() and (input_ids.min() < 0 or input_ids.max() >= self.vocab_size):
-            raise ValueError(
-                f"input_ids hold ids outside the vocabulary [0, {self.vocab_size}): "
-                f"min {input_ids.min().item()}, max {input_ids.max().item()}"
-            )
+        vocab = self.word_embeddings.num_embeddings  # resize_token_embeddings changes it
+        check_range(input_ids, 0, vocab, "token ids", "the vocabulary; ids outside the vocabulary have no embedding")
         hidden = self.word_embeddings(input_ids)
         if self.position_embeddings is not None:
-            if position_ids.max() >= self.max_positions:
-                raise ValueError(
-                    f"position {position_ids.max().item()} is beyond max_position_embeddings={self.max_positions}; "
-                    "truncate the input (or use a core with relative positions and position_embedding_type='none')"
-                )
+            meaning = (
+                f"max_position_embeddings={self.max_positions}: truncate the input, or use a core with relative "
+                "positions and position_embedding_type='none'"
+            )
+            check_range(position_ids, 0, self.max_positions, "positions", meaning)
             hidden = hidden + self.position_embeddings(position_ids)
         return self.dropout(hidden)
 
@@ -220,7 +215,9 @@ def padding_keep(attention_mask: torch.Tensor | None, input_ids: torch.Tensor, p
             + (f" (input_ids plus {past} cached tokens)" if past else " like input_ids")
         )
     keep = attention_mask.bool()
-    if keep.all():
+    # Nothing padded: no mask (the fast path of sdpa). Asking reads the values: only on the CPU and in eager
+    # calls, so that no decoding step on an accelerator waits for it and traced graphs do not branch on it.
+    if not is_tracing() and keep.device.type == "cpu" and keep.all():
         return None
     return keep[:, None, None, :]
 
@@ -287,6 +284,7 @@ class XFormerModel(XFormerPreTrainedModel):
         Returns:
             :class:`XFormerModelOutput`.
         """
+        cache = self.take_cache(cache, kwargs)
         self.take_kwargs(kwargs)
         output_attentions, output_hidden_states = self._resolve_outputs(output_attentions, output_hidden_states)
         self._check_inputs(input_ids, mems)
@@ -393,7 +391,7 @@ class XFormerForSequenceClassification(XFormerPreTrainedModel):
         real = torch.ones(hidden.shape[:2], dtype=torch.bool, device=hidden.device)
         if attention_mask is not None:
             real = attention_mask.bool()
-        if not real.any(-1).all():
+        if not is_tracing() and not real.any(-1).all():
             empty = (~real.any(-1)).nonzero().flatten().tolist()
             raise ValueError(f"attention_mask marks every token of batch rows {empty} as padding")
         if self.config.pooling == "first":
@@ -445,7 +443,7 @@ class XFormerForSequenceClassification(XFormerPreTrainedModel):
         )
 
 
-class XFormerForCausalLM(XFormerPreTrainedModel, GenerationMixin):
+class XFormerForCausalLM(XFormerPreTrainedModel, XcvGenerationMixin):
     """Causal language model: next-token logits, memory across segments, ``generate``."""
 
     _tied_weights_keys = {"lm_head.weight": "model.embeddings.word_embeddings.weight"}
@@ -472,6 +470,18 @@ class XFormerForCausalLM(XFormerPreTrainedModel, GenerationMixin):
     @property
     def keeps_key_value_cache(self) -> bool:
         return self.config.use_cache and keeps_key_value_cache(self.config)
+
+    @property
+    def _is_stateful(self) -> bool:
+        # A core without a key/value cache recomputes the whole prefix each step: there is no cache to crop back
+        # to the tokens a draft model got right, so transformers refuses assisted and prompt-lookup decoding
+        # for "stateful" models by name instead of failing inside them.
+        return not keeps_key_value_cache(self.config)
+
+    def generation_length_limit(self) -> int | None:
+        if self.model.embeddings.position_embeddings is None:  # relative positions: no limit
+            return None
+        return self.config.max_position_embeddings + 1  # tokens fed back, plus the last one generated
 
     def prepare_inputs_for_generation(self, input_ids, next_sequence_length=None, cache=None, **kwargs):
         if not self.keeps_key_value_cache:  # cores without a key/value cache see the whole prefix each step
@@ -509,6 +519,7 @@ class XFormerForCausalLM(XFormerPreTrainedModel, GenerationMixin):
                 ``shift_labels`` (batch, length) are targets already shifted (Trainer under context parallelism),
                 used instead of shifting ``labels``; any other key is refused.
         """
+        cache = self.take_cache(cache, kwargs)
         loss_kwargs = self.take_kwargs(kwargs)
         outputs = self.model(
             input_ids,
