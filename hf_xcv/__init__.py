@@ -1,11 +1,12 @@
 """hf_xcv: the transformer architectures that shaped computer vision, native to the Hugging Face stack.
 
-Importing the package registers every hf_xcv model type with transformers' Auto classes. It touches
-no network.
+Importing the package registers every hf_xcv model type with transformers' Auto classes (and, when peft is
+installed, its default adapter targets with peft). It touches no network.
 """
 
 from .attention import available_attention_types, build_attention, register_attention
 from .auto import MODEL_TYPES, register_auto_classes
+from .integrations import register_peft_defaults
 from .models.transformer import (
     TransformerConfig,
     TransformerForConditionalGeneration,
@@ -33,6 +34,7 @@ from .presets import PRESETS, preset_config
 __version__ = "0.1.0"
 
 register_auto_classes()
+register_peft_defaults(list(MODEL_TYPES))  # only when peft is installed
 
 __all__ = [
     "MODEL_TYPES",
