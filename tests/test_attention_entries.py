@@ -403,9 +403,13 @@ def test_returned_weights_are_on_the_autograd_graph_and_give_the_values(case):
     core = make(name, **get_attention_class(name).small_kwargs)
     plain = call(core, q, k, v, name, causal=causal).values
     out = call(core, q, k, v, name, causal=causal, output_weights=True)
-    assert max_diff(out.values, plain) < TOL64
-    out.weights.retain_grad()
+    assert max_diff(out.values, plain) < TOL64  # full computes the weights eagerly: rounding apart
     upstream = torch.randn(out.values.shape, generator=torch.Generator().manual_seed(4), dtype=out.values.dtype)
+    expected = torch.autograd.grad((plain * upstream).sum(), (q, k, v), allow_unused=True)
+    out.weights.retain_grad()
     (out.values * upstream).sum().backward()
     assert out.weights.grad is not None
     assert max_diff(out.weights.grad, upstream @ v.detach().transpose(-1, -2)) < TOL64
+    for tensor, grad in zip((q, k, v), expected):  # the inputs' gradients are the same as without the maps
+        if grad is not None:
+            assert max_diff(tensor.grad, grad) < TOL64

@@ -184,9 +184,10 @@ class AttentionCore(nn.Module):
     # gradient) and passes zeros of the right shape in its place.
     projections: ClassVar[tuple[str, ...]] = ("q", "k", "v")
     # True when the returned weights are assembled from blocks, clusters or rounds beside the values rather than
-    # being what the values were computed from: with ``output_weights`` the base class then returns
-    # ``weights @ v`` as the values, so that the maps are on the autograd graph (``retain_grad``, attribution
-    # methods), as transformers' eager attention maps are. Costs an (Lq x Lk) matmul, only when weights are asked.
+    # being what the values were computed from: with ``output_weights`` the base class then routes the values'
+    # gradient through ``weights @ v`` (the same function), so that the maps are on the autograd graph
+    # (``retain_grad``, attribution methods), as transformers' eager attention maps are, while the values stay
+    # exactly as computed. Costs an (Lq x Lk) matmul, only when weights are asked for.
     weights_are_copies: ClassVar[bool] = False
 
     def __init__(self, num_heads: int, head_dim: int):
@@ -277,7 +278,10 @@ class AttentionCore(nn.Module):
         )
         out = self.attend(q, k, v, call)
         if output_weights and self.weights_are_copies and out.weights is not None:
-            out = out._replace(values=torch.matmul(out.weights.to(v.dtype), v))  # (B, H, Lq, D), on the graph
+            # The values as they were computed, with the gradient of weights @ v (the same function): the maps
+            # join the graph and the values do not change by a bit.
+            through_weights = torch.matmul(out.weights.to(v.dtype), v)  # (B, H, Lq, D)
+            out = out._replace(values=out.values.detach() + (through_weights - through_weights.detach()))
         return out
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, call: AttentionCall) -> AttentionOutput:
