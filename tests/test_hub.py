@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import PIL.Image
@@ -16,9 +15,9 @@ from helpers import run_python
 from huggingface_hub import HfApi, ModelCard
 
 import hf_xcv
-from hf_xcv.training import MeasuredResult, build_model_card, push_folder_to_hub
+from hf_xcv.training import TEMPLATES, MeasuredResult, build_model_card, push_folder_to_hub
 
-TEMPLATE = Path(__file__).resolve().parents[1] / "model_cards" / "image_classification.md"
+TEMPLATE = TEMPLATES / "image_classification.md"
 
 
 @pytest.fixture(scope="module")

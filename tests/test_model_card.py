@@ -7,7 +7,7 @@ from huggingface_hub import ModelCard
 from huggingface_hub.repocard_data import model_index_to_eval_results
 
 import hf_xcv
-from hf_xcv.training import MeasuredResult, build_model_card, write_model_card
+from hf_xcv.training import TEMPLATES, MeasuredResult, build_model_card, write_model_card
 
 
 @pytest.fixture
@@ -17,7 +17,7 @@ def model():
 
 def test_card_metadata_and_model_index(model, repo_root, tmp_path):
     card = build_model_card(
-        repo_root / "model_cards" / "image_classification.md",
+        TEMPLATES / "image_classification.md",
         model,
         repo_id="someone/vit-digits",
         dataset_id="sklearn-digits",
@@ -51,6 +51,6 @@ def test_card_metadata_and_model_index(model, repo_root, tmp_path):
 def test_a_card_without_a_measured_value_is_refused(model, repo_root, results):
     with pytest.raises(ValueError):
         build_model_card(
-            repo_root / "model_cards" / "image_classification.md", model, repo_id="a/b", dataset_id="d",
+            TEMPLATES / "image_classification.md", model, repo_id="a/b", dataset_id="d",
             dataset_name="d", results=results, hyperparameters={}, command="c",
         )  # fmt: skip

@@ -2,10 +2,11 @@
 
 from .checkpointing import CheckpointManager, TrainerState, check_output_dir, prepare_output_dir
 from .hub import push_folder_to_hub
-from .model_card import MeasuredResult, build_model_card, write_model_card
+from .model_card import TEMPLATES, MeasuredResult, build_model_card, write_model_card
 from .schedules import get_noam_schedule, noam_factor
 
 __all__ = [
+    "TEMPLATES",
     "CheckpointManager",
     "MeasuredResult",
     "TrainerState",

@@ -10,6 +10,9 @@ from typing import Any
 
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
+# The card templates, package data of hf_xcv (a checkout's top-level model_cards/ links here).
+TEMPLATES = Path(__file__).resolve().parents[1] / "model_cards"
+
 _VISION_FIELDS = (
     "image_size", "patch_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
     "intermediate_size", "pooling", "attention_type",

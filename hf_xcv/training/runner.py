@@ -300,8 +300,9 @@ def card_hyperparameters(args: RunArguments, world_size: int) -> dict[str, Any]:
     return hyper
 
 
-def script_command(script: str, argv: Sequence[str]) -> str:
-    return f"python {script} {shlex.join(argv)}".rstrip()
+def script_command(command: str, argv: Sequence[str]) -> str:
+    """The command line that reproduces a run: the installed command (``hf-xcv-train <task>``) and its arguments."""
+    return f"{command} {shlex.join(argv)}".rstrip()
 
 
 def save_final(

@@ -1,0 +1,234 @@
+#!/usr/bin/env python
+"""Train an hf_xcv image classifier with accelerate: one CPU, several processes, or several GPUs.
+
+    hf-xcv-train image-classification --output_dir runs/digits        (or python -m hf_xcv.train ...)
+    accelerate launch --multi_gpu --num_processes 2 -m hf_xcv.train image-classification --output_dir runs/ddp
+    torchrun --nproc_per_node 2 -m hf_xcv.train image-classification --output_dir runs/ddp
+
+In a checkout, ``python training/train_image_classification.py ...`` runs the same script.
+
+Checkpoints are atomic (see hf_xcv.training.checkpointing); ``--resume_from_checkpoint latest``
+continues a stopped run exactly where it stopped. The final folder (model, processor, README.md
+model card with the measured results) is ready for the Hub; ``--push_to_hub`` uploads it.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from accelerate import Accelerator
+from datasets import DatasetDict, load_dataset, load_from_disk
+from huggingface_hub import ModelCard
+from torch.utils.data import DataLoader
+from transformers import AutoImageProcessor, HfArgumentParser
+
+import hf_xcv
+from hf_xcv.configuration_utils import check_known_fields
+from hf_xcv.data import (
+    ImageClassificationCollator,
+    encode_labels,
+    image_classification_transform,
+    load_digits_dataset,
+    random_shift,
+)
+from hf_xcv.layers import to_pair
+from hf_xcv.metrics import Accuracy, TopKAccuracy
+from hf_xcv.training import TEMPLATES, MeasuredResult, TrainerState, build_model_card, runner
+
+TEMPLATE = TEMPLATES / "image_classification.md"
+
+
+@dataclass
+class ModelArguments:
+    preset: str | None = field(
+        default=None, metadata={"help": "named configuration from hf_xcv.PRESETS (default: vit-digits)"}
+    )
+    model_name_or_path: str | None = field(
+        default=None, metadata={"help": "fine-tune this checkpoint (hf_xcv or transformers ViT) instead of a preset"}
+    )
+    attention_type: str | None = field(default=None, metadata={"help": "override the attention_type"})
+    config_overrides: str | None = field(
+        default=None,
+        metadata={"help": "config fields: 'hidden_dropout_prob=0.1,drop_path_rate=0.1' or a JSON object"},
+    )
+    attn_implementation: str = field(default="sdpa", metadata={"help": "sdpa, eager, flash_attention_2, ..."})
+
+
+@dataclass
+class DataArguments:
+    dataset: str = field(
+        default="digits", metadata={"help": "'digits' (built in), an imagefolder path, or a save_to_disk DatasetDict"}
+    )
+    image_column: str = "image"
+    label_column: str = "label"
+    max_shift: int = field(default=2, metadata={"help": "random translation in pixels at model resolution (train)"})
+    max_train_samples: int | None = None
+    eval_split: str = field(default="validation", metadata={"help": "split evaluated during training"})
+    test_split: str = field(default="test", metadata={"help": "split of the final, reported evaluation"})
+
+
+@dataclass
+class TrainArguments(runner.RunArguments):
+    weight_decay: float = 0.05
+    warmup_ratio: float = 0.1
+    eval_every_epochs: int = 25
+
+
+def parse_args(argv: list[str] | None = None) -> tuple[ModelArguments, DataArguments, TrainArguments]:
+    parser = HfArgumentParser((ModelArguments, DataArguments, TrainArguments))
+    return parser.parse_args_into_dataclasses(args=argv)
+
+
+def load_data(args: DataArguments, seed: int) -> DatasetDict:
+    if args.dataset == "digits":
+        data = load_digits_dataset(seed=seed)
+    elif Path(args.dataset, "dataset_dict.json").exists():
+        data = load_from_disk(args.dataset)
+    else:
+        data = load_dataset("imagefolder", data_dir=args.dataset)
+    data = runner.require_splits(
+        data, args.dataset, ("train", args.eval_split, args.test_split), args.max_train_samples
+    )
+    return encode_labels(data, args.label_column)  # one id per class over all splits
+
+
+def build_model_and_processor(args: ModelArguments, labels: list[str]) -> tuple[torch.nn.Module, Any]:
+    """A fresh model from a preset, or a checkpoint with a new head for ``labels``; and its processor."""
+    id2label = dict(enumerate(labels))
+    overrides: dict[str, Any] = {
+        "num_labels": len(labels),
+        "id2label": id2label,
+        "label2id": {v: k for k, v in id2label.items()},
+    }
+    if args.attention_type:
+        overrides["attention_type"] = args.attention_type
+    overrides.update(runner.parse_overrides(args.config_overrides))
+    check_known_fields(hf_xcv.ViTConfig, overrides)
+    if args.model_name_or_path:
+        if args.preset:
+            raise ValueError("pass either --preset or --model_name_or_path, not both")
+        processor = AutoImageProcessor.from_pretrained(args.model_name_or_path)
+        model = hf_xcv.ViTForImageClassification.from_pretrained(
+            args.model_name_or_path,
+            ignore_mismatched_sizes=True,  # only the task head may be re-initialised (checked on load)
+            attn_implementation=args.attn_implementation,
+            **overrides,
+        )
+        return model, processor
+    config = hf_xcv.preset_config(args.preset or "vit-digits", **overrides)
+    config._attn_implementation = args.attn_implementation
+    size = to_pair(config.image_size)
+    processor = hf_xcv.XcvViTImageProcessor(size={"height": size[0], "width": size[1]})
+    return hf_xcv.ViTForImageClassification(config), processor
+
+
+def build_dataloaders(
+    data: DatasetDict, processor: Any, data_args: DataArguments, args: TrainArguments
+) -> list[DataLoader]:
+    """Train, eval and test loaders of images normalised for the model."""
+    transform = image_classification_transform(processor, data_args.image_column, data_args.label_column)
+    splits = [data[split].with_transform(transform) for split in ("train", data_args.eval_split, data_args.test_split)]
+    return runner.build_dataloaders(splits, args, ImageClassificationCollator())
+
+
+def build_optimizer(
+    model: torch.nn.Module, args: TrainArguments, total_steps: int
+) -> tuple[torch.optim.Optimizer, Any]:
+    """AdamW without decay on biases, norms, [CLS] and positions; warm-up + schedule."""
+    decay, no_decay = [], []
+    for name, param in model.named_parameters():
+        skip = param.ndim <= 1 or name.endswith(("cls_token", "position_embeddings"))
+        (no_decay if skip else decay).append(param)
+    groups = [{"params": decay, "weight_decay": args.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    optimizer = torch.optim.AdamW(groups, lr=args.learning_rate)
+    warmup_steps = int(args.warmup_ratio * total_steps)
+    return optimizer, runner.build_scheduler(optimizer, args.lr_scheduler_type, warmup_steps, total_steps)
+
+
+def reporter(
+    accelerator: Accelerator, model: torch.nn.Module, eval_dl: DataLoader, every_epochs: int, split: str
+) -> Callable[[TrainerState, bool], None]:
+    """Validation accuracy every ``every_epochs`` epochs (the loop reseeds per step: this changes nothing)."""
+
+    def report(state: TrainerState, epoch_ended: bool) -> None:
+        if epoch_ended and every_epochs and state.epoch % every_epochs == 0:
+            results = evaluate_split(accelerator, model, eval_dl)
+            accelerator.print(f"epoch {state.epoch} step {state.completed_steps}: {split} {results}")
+
+    return report
+
+
+def augmented_loss(model: torch.nn.Module, max_shift: int, fill: list[float]) -> Callable[[dict], torch.Tensor]:
+    """batch -> loss of the randomly shifted images (``fill``: a black pixel, normalised, per channel)."""
+
+    def loss_of(batch: dict) -> torch.Tensor:
+        pixels = random_shift(batch["pixel_values"], max_shift, fill)
+        return model(pixel_values=pixels, labels=batch["labels"]).loss
+
+    return loss_of
+
+
+@torch.no_grad()
+def evaluate_split(accelerator: Accelerator, model: torch.nn.Module, loader: DataLoader) -> dict[str, float]:
+    """Accuracy (and top-5 with >= 5 classes) over the whole split, gathered from every process."""
+    model.eval()
+    logits, labels = [], []
+    for batch in loader:
+        out = model(pixel_values=batch["pixel_values"]).logits
+        out, ref = accelerator.gather_for_metrics((out.float(), batch["labels"]))
+        logits.append(out.cpu())
+        labels.append(ref.cpu())
+    logits, labels = torch.cat(logits), torch.cat(labels)
+    results = Accuracy().compute(predictions=logits.argmax(-1).tolist(), references=labels.tolist())
+    if logits.shape[1] >= 5:
+        results.update(TopKAccuracy().compute(predictions=logits.tolist(), references=labels.tolist(), k=5))
+    results["num_samples"] = len(labels)
+    return results
+
+
+def model_card(
+    model: torch.nn.Module, results: dict[str, Any], args: TrainArguments, data_args: DataArguments, argv: list[str]
+) -> ModelCard:
+    split = data_args.test_split
+    dataset_id = "sklearn-digits" if data_args.dataset == "digits" else data_args.dataset
+    return build_model_card(
+        TEMPLATE, model, repo_id=args.hub_model_id or Path(args.output_dir).name, dataset_id=dataset_id,
+        dataset_name=dataset_id,
+        results=[MeasuredResult(k, v, split) for k, v in results[split].items() if k != "num_samples"],
+        hyperparameters=runner.card_hyperparameters(args, results["world_size"]),
+        command=runner.script_command("hf-xcv-train image-classification", argv),
+    )  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any] | None:
+    argv = sys.argv[1:] if argv is None else argv
+    model_args, data_args, args = parse_args(argv)
+    accelerator, out = runner.start_run(args, model=model_args, data=data_args)
+    data = load_data(data_args, args.seed)
+    model, processor = build_model_and_processor(model_args, data["train"].features[data_args.label_column].names)
+    loaders = build_dataloaders(data, processor, data_args, args)
+    parts, state, (eval_dl, test_dl) = runner.prepare_loop(
+        accelerator, out, args, model, loaders, lambda model, total_steps: build_optimizer(model, args, total_steps)
+    )
+    model = parts.model  # prepared by accelerate
+    fill = [-m / s for m, s in zip(processor.image_mean, processor.image_std)]  # a black pixel, normalised
+    report = reporter(accelerator, model, eval_dl, args.eval_every_epochs, data_args.eval_split)
+    state, stopped = runner.train_loop(parts, state, args, augmented_loss(model, data_args.max_shift, fill), report)
+    if stopped:
+        return None
+    scores = {
+        data_args.eval_split: functools.partial(evaluate_split, accelerator, model, eval_dl),
+        data_args.test_split: functools.partial(evaluate_split, accelerator, model, test_dl),
+    }
+    card_for = functools.partial(model_card, args=args, data_args=data_args, argv=argv)
+    return runner.finish(parts, state, args, scores, [processor], card_for)
+
+
+if __name__ == "__main__":
+    main()

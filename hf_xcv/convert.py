@@ -1,0 +1,28 @@
+"""``hf-xcv-convert <format> [options]`` / ``python -m hf_xcv.convert <format> [options]``: checkpoint converters.
+
+    hf-xcv-convert vit --input google/vit-base-patch16-224 --output vit-b16-xcv --verify
+    hf-xcv-convert marian --input Helsinki-NLP/opus-mt-en-de --output opus-mt-en-de-xcv --verify
+
+``hf-xcv-convert <format> --help`` lists a format's options.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+from .cli.dispatch import dispatch
+
+FORMATS = {
+    "vit": "hf_xcv.cli.convert_vit",
+    "marian": "hf_xcv.cli.convert_marian",
+}
+
+
+def main(argv: list[str] | None = None) -> None:
+    """The console script: its return value is the exit status, so the program's result is not returned."""
+    dispatch("hf-xcv-convert", FORMATS, __doc__, sys.argv[1:] if argv is None else argv, importlib.import_module)
+
+
+if __name__ == "__main__":
+    main()
