@@ -113,3 +113,26 @@ def register_auto_classes() -> None:
             IMAGE_PROCESSOR_MAPPING.register(entry.config, {"pil": entry.image_processor}, exist_ok=True)
         if entry.tokenizer is not None:
             AutoTokenizer.register(entry.config, fast_tokenizer_class=entry.tokenizer, exist_ok=True)
+
+
+# The pipeline task of each Auto class (for model cards); a bare model extracts features.
+PIPELINE_TAGS = {
+    "AutoModelForImageClassification": "image-classification",
+    "AutoModelForSeq2SeqLM": "translation",
+    "AutoModelForSequenceClassification": "text-classification",
+    "AutoModelForCausalLM": "text-generation",
+}
+
+
+def auto_class_name(model_class: type) -> str:
+    """The Auto class that loads ``model_class`` (``AutoModel`` for a bare model)."""
+    for entry in MODEL_TYPES.values():
+        for auto_name, head in entry.heads.items():
+            if head is model_class:
+                return auto_name
+    return "AutoModel"
+
+
+def pipeline_tag(model_class: type) -> str:
+    """The Hub's pipeline tag for ``model_class``."""
+    return PIPELINE_TAGS.get(auto_class_name(model_class), "feature-extraction")

@@ -2,6 +2,7 @@
 
     hf-xcv-convert vit --input google/vit-base-patch16-224 --output vit-b16-xcv --verify
     hf-xcv-convert marian --input Helsinki-NLP/opus-mt-en-de --output opus-mt-en-de-xcv --verify
+    hf-xcv-convert to-transformers --input runs/digits --output digits-for-transformers --verify
 
 ``hf-xcv-convert <format> --help`` lists a format's options.
 """
@@ -16,6 +17,7 @@ from .cli.dispatch import dispatch
 FORMATS = {
     "vit": "hf_xcv.cli.convert_vit",
     "marian": "hf_xcv.cli.convert_marian",
+    "to-transformers": "hf_xcv.cli.export_to_transformers",
 }
 
 

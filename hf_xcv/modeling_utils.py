@@ -153,6 +153,33 @@ class XcvPreTrainedModel(PreTrainedModel):
             module.initialize_unloaded_()
         super()._initialize_weights(module, is_custom_code)
 
+    def save_pretrained(self, save_directory: str | os.PathLike, *args: Any, **kwargs: Any) -> Any:
+        """transformers' ``save_pretrained``, and a model card (README.md) where the folder has none: it names
+        hf_xcv as the library, says how to install and load the model, and what it was fine-tuned from."""
+        result = super().save_pretrained(save_directory, *args, **kwargs)
+        card = os.path.join(save_directory, "README.md")
+        if kwargs.get("is_main_process", True) and not os.path.exists(card):
+            self._default_model_card(os.path.basename(os.path.normpath(save_directory))).save(card)
+        return result
+
+    def push_to_hub(self, repo_id: str, *args: Any, **kwargs: Any) -> Any:
+        """transformers' ``push_to_hub``. A repo without a card gets hf_xcv's first: transformers would put its
+        generic card there ("a transformers model"), and it keeps and tags an existing one."""
+        from huggingface_hub import HfApi
+
+        token = kwargs.get("token")
+        api = HfApi(token=token)
+        repo_id = api.create_repo(repo_id, private=kwargs.get("private"), exist_ok=True).repo_id
+        if not api.file_exists(repo_id, "README.md", revision=kwargs.get("revision")):
+            self._default_model_card(repo_id).push_to_hub(repo_id, token=token, revision=kwargs.get("revision"))
+        return super().push_to_hub(repo_id, *args, **kwargs)
+
+    def _default_model_card(self, repo_id: str) -> Any:
+        from .training.model_card import default_model_card
+
+        source = getattr(self.config, "_name_or_path", None)
+        return default_model_card(self, repo_id, base_model=source if source != repo_id else None)
+
     def __init__(self, config, *inputs: Any, **kwargs: Any):
         super().__init__(config, *inputs, **kwargs)
         if self.attention_requests is not None:

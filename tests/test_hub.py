@@ -56,7 +56,7 @@ def test_push_model_processor_and_card_then_pull_in_a_fresh_process(trained_pair
     assert {"config.json", "model.safetensors", "preprocessor_config.json", "README.md"} <= files
     info = HfApi().model_info(repo)
     assert [(r.metric_type, r.metric_value) for r in info.card_data.eval_results] == [("accuracy", 0.5)]
-    assert ModelCard.load(repo).data.library_name == "transformers"
+    assert ModelCard.load(repo).data.library_name == "hf_xcv"
 
     pixels = processor(sample_image(), return_tensors="pt")["pixel_values"]
     with torch.no_grad():
@@ -131,3 +131,19 @@ def test_training_script_pushes_its_result(subprocess_env, tmp_path, repo_root):
     assert dict((r.metric_type, r.metric_value) for r in info.card_data.eval_results)["accuracy"] == pytest.approx(
         accuracy
     )
+
+
+def test_push_to_hub_writes_hf_xcvs_card_and_a_fine_tuned_save_names_its_base_model(trained_pair, tmp_path):
+    model, _ = trained_pair
+    repo = "testuser/vit-card"
+    model.push_to_hub(repo)
+    card = ModelCard.load(repo)
+    assert card.data.library_name == "hf_xcv" and "hf_xcv" in card.data.tags
+    assert "pip install hf_xcv" in card.text and f'from_pretrained("{repo}")' in card.text
+    card.data.license = "mit"  # a card on the Hub is kept (and tagged) on the next push
+    card.push_to_hub(repo)
+    model.push_to_hub(repo)
+    assert ModelCard.load(repo).data.license == "mit"
+    fine_tuned = hf_xcv.ViTForImageClassification.from_pretrained(repo)
+    fine_tuned.save_pretrained(tmp_path)
+    assert ModelCard.load(tmp_path / "README.md").data.base_model == repo

@@ -8,6 +8,7 @@ from huggingface_hub.repocard_data import model_index_to_eval_results
 
 import hf_xcv
 from hf_xcv.training import TEMPLATES, MeasuredResult, build_model_card, write_model_card
+from hf_xcv.training.model_card import quoted
 
 
 @pytest.fixture
@@ -29,10 +30,10 @@ def test_card_metadata_and_model_index(model, repo_root, tmp_path):
     path = write_model_card(card, tmp_path)
     reloaded = ModelCard.load(path)
     data = reloaded.data
-    assert data.library_name == "transformers"
+    assert data.library_name == "hf_xcv"
     assert data.pipeline_tag == "image-classification"
     assert set(data.tags) >= {"hf_xcv", "xcv_vit", "vision"}
-    assert data.datasets == ["sklearn-digits"]
+    assert data.datasets is None  # not a Hub dataset: only Hub ids are listed
     name, results = model_index_to_eval_results(data.to_dict()["model-index"])
     assert name == "vit-digits"
     assert [(r.metric_type, r.metric_value, r.dataset_split) for r in results] == [
@@ -54,3 +55,48 @@ def test_a_card_without_a_measured_value_is_refused(model, repo_root, results):
             TEMPLATES / "image_classification.md", model, repo_id="a/b", dataset_id="d",
             dataset_name="d", results=results, hyperparameters={}, command="c",
         )  # fmt: skip
+
+
+def test_a_card_lists_its_base_model_and_only_hub_datasets(model, tmp_path):
+    card = build_model_card(
+        TEMPLATES / "image_classification.md", model, repo_id="a/b", dataset_id="someone/flowers",
+        dataset_name="flowers", results=[MeasuredResult("accuracy", 0.5, "test")], hyperparameters={},
+        command="c", base_model="google/vit-base-patch16-224", dataset_on_hub=True,
+    )  # fmt: skip
+    data = ModelCard.load(write_model_card(card, tmp_path)).data
+    assert data.base_model == "google/vit-base-patch16-224" and data.datasets == ["someone/flowers"]
+    assert "fine-tuned from [google/vit-base-patch16-224]" in card.text
+    local = build_model_card(
+        TEMPLATES / "image_classification.md", model, repo_id="a/b", dataset_id="d", dataset_name="d",
+        results=[MeasuredResult("accuracy", 0.5, "test")], hyperparameters={}, command="c", base_model=str(tmp_path),
+    )  # fmt: skip
+    assert local.data.base_model is None  # a local folder is no base model the Hub can link
+
+
+def test_the_translation_card_shows_non_ascii_text_as_text(tmp_path):
+    model = hf_xcv.TransformerForConditionalGeneration(hf_xcv.preset_config("transformer-test-tiny"))
+    card = build_model_card(
+        TEMPLATES / "translation.md", model, repo_id="a/numbers", dataset_id="d", dataset_name="d",
+        results=[MeasuredResult("bleu", 12.0, "test")], hyperparameters={}, command="c",
+        task_type="translation", pipeline_tag="translation", language=["en", "fr"],
+        template_vars={
+            "source_lang": "en", "target_lang": "fr", "num_beams": 4, "example_source": quoted("twenty-three"),
+            "example_reference": quoted("vingt-trois élèves"), "example_hypothesis": quoted("vingt-trois élève"),
+        },
+    )  # fmt: skip
+    text = write_model_card(card, tmp_path).read_text()
+    assert '"vingt-trois élèves"' in text and "\\u00e9" not in text
+
+
+def test_save_pretrained_writes_a_card_naming_the_library_and_keeps_an_existing_one(model, tmp_path):
+    model.save_pretrained(tmp_path / "fresh")
+    card = ModelCard.load(tmp_path / "fresh" / "README.md")
+    assert card.data.library_name == "hf_xcv" and {"hf_xcv", "xcv_vit"} <= set(card.data.tags)
+    assert card.data.pipeline_tag == "image-classification"
+    assert "pip install hf_xcv" in card.text and "import hf_xcv" in card.text
+    assert "AutoModelForImageClassification.from_pretrained" in card.text
+    assert "hf-xcv-convert to-transformers" in card.text  # exportable: how to use it with transformers alone
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "README.md").write_text("my own card")
+    model.save_pretrained(tmp_path / "mine")
+    assert (tmp_path / "mine" / "README.md").read_text() == "my own card"

@@ -46,7 +46,7 @@ def test_a_run_leaves_a_hub_ready_folder_with_a_model_card(finished_run):
     assert results["test"]["num_samples"] == 179
     card = (finished_run / "README.md").read_text()
     meta = yaml.safe_load(card.split("---")[1])
-    assert meta["library_name"] == "transformers" and meta["pipeline_tag"] == "image-classification"
+    assert meta["library_name"] == "hf_xcv" and meta["pipeline_tag"] == "image-classification"
     assert "hf_xcv" in meta["tags"]
     metrics = {m["type"]: m["value"] for m in meta["model-index"][0]["results"][0]["metrics"]}
     assert metrics["accuracy"] == pytest.approx(results["test"]["accuracy"])

@@ -40,6 +40,7 @@ from hf_xcv.data import (
 from hf_xcv.layers import to_pair
 from hf_xcv.metrics import Accuracy, TopKAccuracy
 from hf_xcv.training import TEMPLATES, MeasuredResult, TrainerState, build_model_card, runner
+from hf_xcv.training.model_card import hub_id
 
 TEMPLATE = TEMPLATES / "image_classification.md"
 
@@ -193,7 +194,12 @@ def evaluate_split(accelerator: Accelerator, model: torch.nn.Module, loader: Dat
 
 
 def model_card(
-    model: torch.nn.Module, results: dict[str, Any], args: TrainArguments, data_args: DataArguments, argv: list[str]
+    model: torch.nn.Module,
+    results: dict[str, Any],
+    args: TrainArguments,
+    model_args: ModelArguments,
+    data_args: DataArguments,
+    argv: list[str],
 ) -> ModelCard:
     split = data_args.test_split
     dataset_id = "sklearn-digits" if data_args.dataset == "digits" else data_args.dataset
@@ -203,6 +209,8 @@ def model_card(
         results=[MeasuredResult(k, v, split) for k, v in results[split].items() if k != "num_samples"],
         hyperparameters=runner.card_hyperparameters(args, results["world_size"]),
         command=runner.script_command("hf-xcv-train image-classification", argv),
+        base_model=model_args.model_name_or_path,
+        dataset_on_hub=data_args.dataset != "digits" and hub_id(data_args.dataset) is not None,
     )  # fmt: skip
 
 
@@ -226,7 +234,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
         data_args.eval_split: functools.partial(evaluate_split, accelerator, model, eval_dl),
         data_args.test_split: functools.partial(evaluate_split, accelerator, model, test_dl),
     }
-    card_for = functools.partial(model_card, args=args, data_args=data_args, argv=argv)
+    card_for = functools.partial(model_card, args=args, model_args=model_args, data_args=data_args, argv=argv)
     return runner.finish(parts, state, args, scores, [processor], card_for)
 
 

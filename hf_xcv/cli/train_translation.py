@@ -39,6 +39,7 @@ from hf_xcv.data import load_number_translation_dataset, tokenize_translation_ba
 from hf_xcv.metrics import Bleu, ChrF
 from hf_xcv.training import TEMPLATES, MeasuredResult, TrainerState, build_model_card, runner
 from hf_xcv.training.checkpointing import CHECKPOINTS
+from hf_xcv.training.model_card import hub_id, quoted
 
 TEMPLATE = TEMPLATES / "translation.md"
 BUILT_IN = "numbers"
@@ -319,7 +320,12 @@ def reporter(
 
 
 def model_card(
-    model: torch.nn.Module, results: dict[str, Any], args: TrainArguments, data_args: DataArguments, argv: list[str]
+    model: torch.nn.Module,
+    results: dict[str, Any],
+    args: TrainArguments,
+    model_args: ModelArguments,
+    data_args: DataArguments,
+    argv: list[str],
 ) -> ModelCard:
     test = results[data_args.test_split]
     langs = (data_args.source_lang, data_args.target_lang)
@@ -335,10 +341,13 @@ def model_card(
         hyperparameters=runner.card_hyperparameters(args, results["world_size"]),
         command=runner.script_command("hf-xcv-train translation", argv),
         task_type="translation", pipeline_tag="translation", tags=("text", "seq2seq"), language=langs,
+        base_model=model_args.model_name_or_path,
+        dataset_on_hub=data_args.dataset != BUILT_IN and hub_id(data_args.dataset) is not None,
         template_vars={
             "source_lang": langs[0], "target_lang": langs[1], "num_beams": args.num_beams,
-            "example_source": example.get("source", "..."), "example_reference": example.get("reference"),
-            "example_hypothesis": example.get("hypothesis"),
+            "example_source": quoted(example.get("source", "...")),
+            "example_reference": quoted(example["reference"]) if example.get("reference") else None,
+            "example_hypothesis": quoted(example["hypothesis"]) if example.get("hypothesis") else None,
         },
     )  # fmt: skip
 
@@ -371,7 +380,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     state, stopped = runner.train_loop(parts, state, args, seq2seq_loss(model), report)
     if stopped:
         return None
-    card_for = functools.partial(model_card, args=args, data_args=data_args, argv=argv)
+    card_for = functools.partial(model_card, args=args, model_args=model_args, data_args=data_args, argv=argv)
     return runner.finish(parts, state, args, scores, [tokenizer], card_for)
 
 

@@ -225,3 +225,73 @@ def finish_folder(folder: Path, source: dict[str, Any]) -> None:
         known = GenerationConfig().to_dict().keys() | {"pad_token_id", "eos_token_id", "decoder_start_token_id"}
         settings = {key: value for key, value in source.items() if key in known and value is not None}
         GenerationConfig.from_model_config(settings).to_json_file(folder / "generation_config.json")
+
+
+# ----------------------------------------------------------------------------------------------------------
+# back to transformers' format: a Marian-compatible hf_xcv Transformer -> MarianMTModel / MarianModel
+# ----------------------------------------------------------------------------------------------------------
+
+EXPORT_RULES: list[Rule] = [
+    (_STACK + r"self_attn\.o_proj\." + _WB, r"\1\2.layers.\3.self_attn.out_proj.\4"),
+    (_STACK + r"cross_attn\.(q|k|v)_proj\." + _WB, r"\1\2.layers.\3.encoder_attn.\4_proj.\5"),
+    (_STACK + r"cross_attn\.o_proj\." + _WB, r"\1\2.layers.\3.encoder_attn.out_proj.\4"),
+    (_STACK + r"cross_attn_layer_norm\." + _WB, r"\1\2.layers.\3.encoder_attn_layer_norm.\4"),
+    (_STACK + r"mlp\.(fc1|fc2)\." + _WB, r"\1\2.layers.\3.\4.\5"),
+    (_STACK + r"(self_attn\.(q|k|v)_proj|self_attn_layer_norm|final_layer_norm)\." + _WB, r"\1\2.layers.\3.\4.\6"),
+    (_P + r"(encoder|decoder)\.embed_tokens\.weight", r"\1\2.embed_tokens.weight"),
+    (r"lm_head\.(weight|bias)", r"lm_head.\1"),
+]
+# Settings of an hf_xcv Transformer that Marian fixes: (field, value Marian has, what it means).
+_MARIAN_FIXED = (
+    ("attention_type", "full", "full attention"),
+    ("position_embedding_type", "sinusoidal", "fixed sinusoidal positions"),
+    ("sinusoidal_layout", "half", "sin in the first half of the features, cos in the second"),
+    ("normalize_before", False, "post-LN blocks"),
+)
+EXPORTED_TOKENIZER_CLASS = "PreTrainedTokenizerFast"  # what loads hf_xcv's tokenizer.json without hf_xcv
+
+
+def export_config(config: dict[str, Any]) -> dict[str, Any]:
+    """hf_xcv TransformerConfig dict -> transformers MarianConfig dict; a ValueError naming every setting that
+    Marian fixes otherwise."""
+    problems = [
+        f"{field}={config.get(field)!r} (Marian has {value!r}: {meaning})"
+        for field, value, meaning in _MARIAN_FIXED
+        if config.get(field, value) != value
+    ]
+    if abs(config.get("layer_norm_eps", 1e-5) - 1e-5) > 1e-12:
+        problems.append(f"layer_norm_eps={config['layer_norm_eps']} (Marian's LayerNorms use 1e-5)")
+    if problems:
+        raise ValueError("this Transformer cannot be written as a Marian model: " + "; ".join(problems))
+    out = {key: config[key] for key in _SOURCE_FIELDS if key in config}
+    out.update({key: config[key] for key in _PASSED_THROUGH if key in config})
+    out["decoder_vocab_size"] = config.get("decoder_vocab_size", config["vocab_size"])
+    out["model_type"] = SOURCE_MODEL_TYPE
+    reverse = {ours: theirs for theirs, ours in _ARCHITECTURES.items()}
+    out["architectures"] = [reverse.get(a, "MarianMTModel") for a in config.get("architectures") or ["MarianMTModel"]]
+    return out
+
+
+def export(
+    config: dict[str, Any], state_dict: dict[str, torch.Tensor]
+) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+    """Config and weights in transformers' Marian layout: the shared embeddings under ``model.shared`` as well,
+    the sinusoidal tables written out, the output bias as ``final_logits_bias`` (zeros without one)."""
+    target = export_config(config)
+    renamed, _ = rename_keys(state_dict, EXPORT_RULES)
+    prefix = _prefix(renamed)
+    encoder = renamed[f"{prefix}encoder.embed_tokens.weight"]
+    if target.get("share_encoder_decoder_embeddings", True):
+        renamed[f"{prefix}shared.weight"] = encoder
+        renamed[f"{prefix}decoder.embed_tokens.weight"] = encoder
+    table = sinusoidal_table(target["max_position_embeddings"], target["d_model"], "half").to(encoder.dtype)
+    for stack in ("encoder", "decoder"):
+        renamed[f"{prefix}{stack}.embed_positions.weight"] = table
+    if "lm_head.weight" not in renamed and prefix:  # tied: the embeddings it is tied to
+        stack = "encoder" if target.get("share_encoder_decoder_embeddings", True) else "decoder"
+        renamed["lm_head.weight"] = renamed[f"{prefix}{stack}.embed_tokens.weight"]
+    bias = renamed.pop("lm_head.bias", None)
+    if prefix:
+        vocab = target["decoder_vocab_size"]
+        renamed["final_logits_bias"] = (torch.zeros(vocab, dtype=encoder.dtype) if bias is None else bias)[None]
+    return target, renamed

@@ -7,11 +7,14 @@ and the in-memory names of transformers 5 (``layers.N.attention.q_proj``), with 
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import torch
 
 from .rules import Rule, rename_keys
+
+logger = logging.getLogger(__name__)
 
 SOURCE_MODEL_TYPE = "vit"
 TARGET_MODEL_TYPE = "xcv_vit"
@@ -106,3 +109,49 @@ def convert(
     with_pooler = has_pooler(state_dict) and not for_task_model
     new_state_dict, dropped = convert_state_dict(state_dict, with_pooler)
     return convert_config(config, with_pooler), new_state_dict, dropped
+
+
+# ----------------------------------------------------------------------------------------------------------
+# back to transformers' format: hf_xcv ViT -> transformers ViT (its in-memory names)
+# ----------------------------------------------------------------------------------------------------------
+
+EXPORT_RULES: list[Rule] = [
+    (r"^(vit\.)?encoder\.layers\.(\d+)\.(.+)", r"\1layers.\2.\3"),
+    (r"^(vit\.)?(embeddings\..+|layernorm\..+|pooler\.dense\..+)", r"\1\2"),
+    (r"^(classifier\..+)", r"\1"),
+]
+EXPORTED_PROCESSOR_TYPE = "ViTImageProcessor"
+_EXPORT_ARCHITECTURES = {"ViTForImageClassification": "ViTForImageClassification", "ViTModel": "ViTModel"}
+
+
+def export_config(config: dict[str, Any]) -> dict[str, Any]:
+    """hf_xcv ViTConfig dict -> transformers ViTConfig dict; a ValueError naming every setting transformers' ViT
+    has no equivalent for."""
+    architecture = next(iter(config.get("architectures") or ["ViTForImageClassification"]))
+    problems = []
+    if config.get("attention_type", "full") != "full":
+        problems.append(f"attention_type={config['attention_type']!r} (transformers' ViT has full attention only)")
+    if config.get("pooling", "cls") != "cls" or not config.get("use_cls_token", True):
+        problems.append("pooling other than the [CLS] token (transformers' ViT pools [CLS])")
+    if config.get("representation_size") and architecture != "ViTModel":
+        problems.append("representation_size (transformers' classifier has no pre-logits layer)")
+    if problems:
+        raise ValueError("this ViT cannot be written in transformers' format: " + "; ".join(problems))
+    if config.get("drop_path_rate"):
+        logger.warning("transformers' ViT has no stochastic depth: drop_path_rate is dropped (outputs are unchanged)")
+    out = {key: config[key] for key in _SOURCE_DEFAULTS if key in config}
+    out.update({key: config[key] for key in _PASSED_THROUGH if key in config})
+    out["model_type"] = SOURCE_MODEL_TYPE
+    out["architectures"] = [_EXPORT_ARCHITECTURES.get(architecture, "ViTForImageClassification")]
+    if config.get("representation_size"):
+        out["pooler_output_size"] = config["representation_size"]
+        out["pooler_act"] = config.get("representation_act", "tanh")
+    return out
+
+
+def export(
+    config: dict[str, Any], state_dict: dict[str, torch.Tensor]
+) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+    """hf_xcv ViT config and weights -> transformers' (every key renamed; an unknown one is an error)."""
+    renamed, _ = rename_keys(state_dict, EXPORT_RULES)
+    return export_config(config), renamed

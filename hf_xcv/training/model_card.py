@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,6 +14,24 @@ from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
 # The card templates, package data of hf_xcv (a checkout's top-level model_cards/ links here).
 TEMPLATES = Path(__file__).resolve().parents[1] / "model_cards"
+# Cards name hf_xcv as the library: loading the model needs it (the Hub then shows no bare-transformers snippet).
+LIBRARY_NAME = "hf_xcv"
+_REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?$")
+
+
+def hub_id(name: str | os.PathLike | None) -> str | None:
+    """``name`` when it reads as a Hub repo id and is no local path, else None: a card's ``base_model`` and
+    ``datasets`` list only what the Hub can link to."""
+    if name is None or os.path.exists(name):
+        return None
+    name = str(name)
+    return name if _REPO_ID.match(name) and not name.endswith((".", "-")) else None
+
+
+def quoted(text: str) -> str:
+    """A string as a Python literal for a card's code, with non-ASCII text as text (not \\u escapes)."""
+    return json.dumps(text, ensure_ascii=False)
+
 
 _VISION_FIELDS = (
     "image_size", "patch_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
@@ -86,11 +106,15 @@ def build_model_card(
     tags: Sequence[str] = ("vision",),
     language: Sequence[str] | None = None,
     template_vars: Mapping[str, Any] | None = None,
+    base_model: str | None = None,
+    dataset_on_hub: bool = False,
 ) -> ModelCard:
     """Render ``template_path`` with the model's facts and a model-index of ``results``.
 
     ``tags`` are added to hf_xcv, the model type and the task; ``language`` lists the languages of a text model;
-    ``template_vars`` are further variables of the template.
+    ``template_vars`` are further variables of the template. ``base_model`` (a Hub id) is what the model was
+    fine-tuned from; ``dataset_on_hub`` says whether ``dataset_id`` is a Hub dataset (only those are listed
+    under ``datasets``; the model-index names the dataset either way).
     """
     if not results:
         raise ValueError("a model card needs at least one measured result")
@@ -101,35 +125,68 @@ def build_model_card(
     model_name = repo_id.split("/")[-1]
     card_data = ModelCardData(
         model_name=model_name,
-        library_name="transformers",
+        library_name=LIBRARY_NAME,
         pipeline_tag=pipeline_tag,
         license=license,
         language=list(language) if language else None,
         tags=["hf_xcv", config.model_type, task_type, *tags],
-        datasets=[dataset_id],
+        base_model=hub_id(base_model),
+        datasets=[dataset_id] if dataset_on_hub else None,
         metrics=sorted({r.metric for r in results}),
         eval_results=_eval_results(dataset_id, dataset_name, results, task_type),
     )
     return ModelCard.from_template(
         card_data,
         template_path=str(template_path),
-        model_name=model_name,
-        repo_id=repo_id,
-        architecture=type(model).__name__,
-        model_type=config.model_type,
-        num_parameters=f"{model.num_parameters():,}",
+        **_model_facts(model, repo_id, hub_id(base_model)),
         dataset_name=dataset_name,
         dataset_split=results[0].split,
         results=[{"split": r.split, "metric": r.metric, "value": f"{r.value:.4f}"} for r in results],
-        config_rows=[
+        hyperparameters=list(hyperparameters.items()),
+        command=command,
+        **(template_vars or {}),
+    )
+
+
+def _model_facts(model: Any, repo_id: str, base_model: str | None) -> dict[str, Any]:
+    """What every card says of the model: names, size, its config table, how to load it, versions."""
+    from ..auto import auto_class_name
+    from ..conversion.export import can_export
+
+    config = model.config
+    return {
+        "model_name": repo_id.split("/")[-1],
+        "repo_id": repo_id,
+        "architecture": type(model).__name__,
+        "model_type": config.model_type,
+        "num_parameters": f"{model.num_parameters():,}",
+        "auto_class": auto_class_name(type(model)),
+        "base_model": base_model,
+        "exportable": can_export(config.to_dict()),
+        "config_rows": [
             (key, getattr(config, key))
             for key in _CONFIG_FIELDS.get(config.model_type, _VISION_FIELDS)
             if hasattr(config, key)
         ],
-        hyperparameters=list(hyperparameters.items()),
-        command=command,
-        versions=_versions(),
-        **(template_vars or {}),
+        "versions": _versions(),
+    }
+
+
+def default_model_card(model: Any, repo_id: str, base_model: str | None = None) -> ModelCard:
+    """The card every ``save_pretrained`` / ``push_to_hub`` of an hf_xcv model writes where there is none yet:
+    the library, how to install and load it, what it was fine-tuned from."""
+    from ..auto import pipeline_tag
+
+    config = model.config
+    base = hub_id(base_model)
+    card_data = ModelCardData(
+        library_name=LIBRARY_NAME,
+        pipeline_tag=pipeline_tag(type(model)),
+        tags=["hf_xcv", config.model_type],
+        base_model=base,
+    )
+    return ModelCard.from_template(
+        card_data, template_path=str(TEMPLATES / "model.md"), **_model_facts(model, repo_id, base)
     )
 
 
