@@ -124,3 +124,32 @@ def test_lengths_beyond_the_models_positions_fail_before_training(translation, t
     data_args, args = translation.DataArguments(max_target_length=32), translation.TrainArguments(output_dir="unused")
     translation.check_lengths(model, data_args, args)  # unset limits come from the model's 64 positions
     assert (data_args.max_source_length, data_args.max_target_length, args.max_new_tokens) == (64, 32, 63)
+
+
+def class_folders(root, per_class: int = 8) -> None:
+    """An imagefolder in the most common layout: one sub-folder per class, no split folders."""
+    import numpy as np
+    import PIL.Image
+
+    rng = np.random.default_rng(0)
+    for name in ("cat", "dog", "owl"):
+        (root / name).mkdir(parents=True)
+        for i in range(per_class):
+            PIL.Image.fromarray(rng.integers(0, 255, (8, 8, 3), dtype=np.uint8)).save(root / name / f"{i}.png")
+
+
+def test_class_folders_without_splits_get_seeded_stratified_ones(script, tmp_path):
+    class_folders(tmp_path / "pets")
+    args = script.DataArguments(dataset=str(tmp_path / "pets"), train_validation_split=0.25, train_test_split=0.25)
+    data = script.load_data(args, seed=0)
+    assert {split: len(data[split]) for split in data} == {"train": 12, "validation": 6, "test": 6}
+    for split in ("validation", "test"):
+        assert sorted(set(data[split]["label"])) == [0, 1, 2]  # every class in each part
+    again = script.load_data(args, seed=0)
+    assert again["test"]["label"] == data["test"]["label"]
+    with pytest.raises(
+        ValueError, match=r"has no 'validation' split \(hold part of train out as it: --train_validation_split"
+    ):
+        script.load_data(script.DataArguments(dataset=str(tmp_path / "pets")), seed=0)
+    with pytest.raises(ValueError, match="already has a 'validation' split"):
+        script.load_data(script.DataArguments(train_validation_split=0.2), seed=0)  # the digits have one

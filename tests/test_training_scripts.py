@@ -47,3 +47,10 @@ def test_refuses_a_folder_that_is_not_a_run_even_to_overwrite(script, tmp_path):
 def test_resume_without_a_checkpoint_says_so(script, tmp_path):
     result = script("--output_dir", str(tmp_path / "empty"), "--resume_from_checkpoint", "latest")
     assert result.returncode != 0 and "no complete checkpoint" in result.stderr
+
+
+def test_a_dataset_that_fails_its_checks_claims_no_output_folder(script, tmp_path):
+    """The data is checked before the run folder is claimed: fixing the dataset and running again just works."""
+    result = script("--output_dir", str(tmp_path / "run"), "--dataset", str(tmp_path / "no-such-dataset"))
+    assert result.returncode != 0
+    assert not (tmp_path / "run").exists()

@@ -72,6 +72,13 @@ class DataArguments:
     max_train_samples: int | None = None
     eval_split: str = field(default="validation", metadata={"help": "split evaluated during training"})
     test_split: str = field(default="test", metadata={"help": "split of the final, reported evaluation"})
+    train_validation_split: float | None = field(
+        default=None,
+        metadata={"help": "hold out this fraction of train as the validation split (class folders without splits)"},
+    )
+    train_test_split: float | None = field(
+        default=None, metadata={"help": "hold out this fraction of train as the test split (stratified, seeded)"}
+    )
 
 
 @dataclass
@@ -93,9 +100,11 @@ def load_data(args: DataArguments, seed: int) -> DatasetDict:
         data = load_from_disk(args.dataset)
     else:
         data = load_dataset("imagefolder", data_dir=args.dataset)
-    data = runner.require_splits(
-        data, args.dataset, ("train", args.eval_split, args.test_split), args.max_train_samples
-    )
+    if args.train_validation_split or args.train_test_split:
+        data = encode_labels(data, args.label_column)  # a ClassLabel to stratify by
+    held_out = {args.eval_split: args.train_validation_split, args.test_split: args.train_test_split}
+    splits = ("train", args.eval_split, args.test_split)
+    data = runner.require_splits(data, args.dataset, splits, args.max_train_samples, held_out, seed, args.label_column)
     return encode_labels(data, args.label_column)  # one id per class over all splits
 
 
@@ -217,8 +226,8 @@ def model_card(
 def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     argv = sys.argv[1:] if argv is None else argv
     model_args, data_args, args = parse_args(argv)
+    data = load_data(data_args, args.seed)  # before the run folder is claimed: a bad dataset leaves nothing behind
     accelerator, out = runner.start_run(args, model=model_args, data=data_args)
-    data = load_data(data_args, args.seed)
     model, processor = build_model_and_processor(model_args, data["train"].features[data_args.label_column].names)
     loaders = build_dataloaders(data, processor, data_args, args)
     parts, state, (eval_dl, test_dl) = runner.prepare_loop(

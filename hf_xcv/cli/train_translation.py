@@ -357,8 +357,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     model_args, data_args, args = parse_args(argv)
     if args.disable_tqdm:
         datasets.disable_progress_bars()
+    data = load_data(data_args)  # before the run folder is claimed: a bad dataset leaves nothing behind
     accelerator, out = runner.start_run(args, model=model_args, data=data_args)
-    data = load_data(data_args)
     tokenizer = load_or_train_tokenizer(accelerator, model_args, data["train"], data_args, out)
     model = build_model(model_args, tokenizer)
     # truncation=True cuts to model_max_length: the positions of the model it is saved with

@@ -149,12 +149,38 @@ def start_run(args: RunArguments, **more_args: Any) -> tuple[Accelerator, Path]:
     return accelerator, out
 
 
-def require_splits(data: Any, name: str, splits: Sequence[str], max_train_samples: int | None = None) -> Any:
+def require_splits(
+    data: Any,
+    name: str,
+    splits: Sequence[str],
+    max_train_samples: int | None = None,
+    held_out: dict[str, float | None] | None = None,
+    seed: int = 0,
+    stratify_by: str | None = None,
+) -> Any:
     """``data`` (a DatasetDict called ``name``) after checking it has ``splits``; the train split cut to
-    ``max_train_samples``."""
+    ``max_train_samples``.
+
+    ``held_out`` maps a split the dataset lacks (an imagefolder of class folders has only ``train``) to the
+    fraction of the (whole) train split to hold out as it, drawn with ``seed`` and stratified by the ``stratify_by``
+    column (every class in each part). Asking for a split the dataset already has is an error, as is a missing
+    split with no fraction for it: the message names the option that makes it.
+    """
+    total = len(data["train"]) if "train" in data else 0  # fractions are of the train split as it comes
+    for split, fraction in (held_out or {}).items():
+        if fraction is None:
+            continue
+        if split in data:
+            raise ValueError(f"dataset {name!r} already has a {split!r} split; drop the option that holds one out")
+        if not 0.0 < fraction < 1.0:
+            raise ValueError(f"the fraction held out as {split!r} must lie in (0, 1), got {fraction}")
+        count = max(1, round(fraction * total))
+        parts = data["train"].train_test_split(test_size=count, seed=seed, stratify_by_column=stratify_by)
+        data["train"], data[split] = parts["train"], parts["test"]
     for split in splits:
         if split not in data:
-            raise ValueError(f"dataset {name!r} has no {split!r} split; splits: {list(data)}")
+            hint = f" (hold part of train out as it: --train_{split}_split 0.1)" if held_out is not None else ""
+            raise ValueError(f"dataset {name!r} has no {split!r} split{hint}; splits: {list(data)}")
     if max_train_samples is not None:
         data["train"] = data["train"].select(range(min(max_train_samples, len(data["train"]))))
     return data
