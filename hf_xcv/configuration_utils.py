@@ -11,10 +11,17 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+import torch
 from transformers import PretrainedConfig
 from transformers.activations import ACT2FN
 
-from .attention import available_attention_types, capability_problems, check_capabilities, validate_attention_kwargs
+from .attention import (
+    available_attention_types,
+    build_attention,
+    capability_problems,
+    check_capabilities,
+    validate_attention_kwargs,
+)
 
 
 def check_int(name: str, value: Any, minimum: int = 1) -> None:
@@ -69,13 +76,18 @@ def check_activation(name: str, value: Any) -> None:
         raise ValueError(f"{name}={value!r} is not a known activation; allowed values: {sorted(ACT2FN)}")
 
 
-def check_attention(attention_type: Any, attention_kwargs: Any, attention_dropout: float = 0.0) -> None:
-    """``attention_type`` must be registered, ``attention_kwargs`` must be keys it accepts, and a non-zero
-    ``attention_dropout`` needs a core with attention probabilities."""
+def check_attention(
+    attention_type: Any, attention_kwargs: Any, attention_dropout: float = 0.0, num_heads: int = 1, head_dim: int = 8
+) -> None:
+    """``attention_type`` must be registered, ``attention_kwargs`` must be keys it accepts with values of the
+    right type and range (the entry is built once on the meta device, which runs its own checks of every
+    setting), and a non-zero ``attention_dropout`` needs a core with attention probabilities."""
     check_choice("attention_type", attention_type, available_attention_types())
     if attention_kwargs is not None and not isinstance(attention_kwargs, dict):
         raise ValueError(f"attention_kwargs must be a dict, got {type(attention_kwargs).__name__}")
     validate_attention_kwargs(attention_type, attention_kwargs)
+    with torch.device("meta"):
+        build_attention(attention_type, max(num_heads, 1), max(head_dim, 1), **(attention_kwargs or {}))
     if attention_dropout:
         check_capabilities(attention_type, attention_dropout=attention_dropout)
 

@@ -73,3 +73,10 @@ def test_top_k_errors(kwargs, message):
 def test_accuracy_of_nothing_is_an_error():
     with pytest.raises(ValueError, match="empty"):
         Accuracy().compute(predictions=[], references=[])
+
+
+def test_top_k_defaults_to_five_or_every_class():
+    scores = [[0.1, 0.7, 0.2], [0.8, 0.1, 0.1]]
+    assert TopKAccuracy().compute(predictions=scores, references=[2, 1]) == {"top3_accuracy": 1.0}
+    five = [[float(i == j) for i in range(6)] for j in range(6)]
+    assert TopKAccuracy().compute(predictions=five, references=list(range(6))) == {"top5_accuracy": 1.0}

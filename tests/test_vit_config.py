@@ -84,3 +84,19 @@ def test_vit_base_preset_has_the_paper_parameter_count():
     with torch.device("meta"):
         model = hf_xcv.ViTForImageClassification(preset_config("vit-base-patch16-224", num_labels=1000))
     assert round(model.num_parameters() / 1e6) == 87  # 86.6M: 86M in the paper's rounding
+
+
+@pytest.mark.parametrize(
+    ("model_type", "attention_type", "attention_kwargs", "message"),
+    [
+        ("xcv_vit", "linformer", {"k": "64"}, "k must be a positive integer, got '64'"),
+        ("xcv_xformer", "local", {"block_size": 4.5}, "block_size must be an integer"),
+        ("xcv_transformer", "routing", {"ema_decay": 1.5}, "ema_decay must be a number in"),
+    ],
+)
+def test_a_wrongly_typed_attention_setting_is_refused_when_the_config_is_made(
+    model_type, attention_type, attention_kwargs, message
+):
+    preset = hf_xcv.MODEL_TYPES[model_type].test_preset
+    with pytest.raises(ValueError, match=message):
+        hf_xcv.preset_config(preset, attention_type=attention_type, attention_kwargs=attention_kwargs)

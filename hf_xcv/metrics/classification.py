@@ -46,8 +46,9 @@ class Accuracy(evaluate.Metric):
 class TopKAccuracy(evaluate.Metric):
     """Fraction of samples whose reference is among the ``k`` highest scores.
 
-    predictions: scores or logits, (n, num_classes). references: true class ids, (n,).
-    Ties are broken towards the lower class id (a stable sort), so the result is deterministic.
+    predictions: scores or logits, (n, num_classes). references: true class ids, (n,). ``k`` defaults to
+    ``min(5, num_classes)`` (top-5 where there are five classes); an explicit ``k`` above the number of classes
+    is an error. Ties are broken towards the lower class id (a stable sort), so the result is deterministic.
     """
 
     def _info(self) -> evaluate.MetricInfo:
@@ -60,13 +61,14 @@ class TopKAccuracy(evaluate.Metric):
             ),
         )
 
-    def _compute(self, predictions, references, k: int = 5, sample_weight=None) -> dict[str, float]:
+    def _compute(self, predictions, references, k: int | None = None, sample_weight=None) -> dict[str, float]:
         scores, references = np.asarray(predictions, dtype=np.float64), np.asarray(references)
         if len(references) == 0:
             raise ValueError("top-k accuracy of an empty set is undefined: got no predictions")
         if scores.ndim != 2:
             raise ValueError(f"predictions must be per-class scores of shape (n, num_classes), got {scores.shape}")
         num_classes = scores.shape[1]
+        k = min(5, num_classes) if k is None else k
         if not 1 <= k <= num_classes:
             raise ValueError(f"k must be in [1, {num_classes}] for {num_classes} classes, got {k}")
         if references.min() < 0 or references.max() >= num_classes:

@@ -142,7 +142,13 @@ class TransformerConfig(XcvConfig):
         check_positive_float("layer_norm_eps", self.layer_norm_eps)
         check_positive_float("init_std", self.init_std)
         self._check_token_ids()
-        check_attention(self.attention_type, self.attention_kwargs, self.attention_dropout)
+        check_attention(
+            self.attention_type,
+            self.attention_kwargs,
+            self.attention_dropout,
+            self.encoder_attention_heads,
+            self.d_model // max(self.encoder_attention_heads, 1),
+        )
         check_attention_serves(self.attention_type, TRANSFORMER_ATTENTION_REQUESTS, "an encoder-decoder")
 
     def _check_token_ids(self) -> None:

@@ -109,5 +109,11 @@ class ViTConfig(XcvConfig):
         if self.representation_size is not None:
             check_int("representation_size", self.representation_size)
         check_activation("representation_act", self.representation_act)
-        check_attention(self.attention_type, self.attention_kwargs, self.attention_probs_dropout_prob)
+        check_attention(
+            self.attention_type,
+            self.attention_kwargs,
+            self.attention_probs_dropout_prob,
+            self.num_attention_heads,
+            self.hidden_size // max(self.num_attention_heads, 1),
+        )
         check_attention_serves(self.attention_type, VIT_ATTENTION_REQUESTS, "a ViT encoder")

@@ -95,7 +95,13 @@ class XFormerConfig(XcvConfig):
         super().__post_init__(**kwargs)
 
     def check(self) -> None:
-        check_attention(self.attention_type, self.attention_kwargs, self.attention_probs_dropout_prob)
+        check_attention(
+            self.attention_type,
+            self.attention_kwargs,
+            self.attention_probs_dropout_prob,
+            self.num_attention_heads,
+            self.hidden_size // max(self.num_attention_heads, 1),
+        )
         for name in (
             "vocab_size",
             "hidden_size",
