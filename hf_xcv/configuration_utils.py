@@ -77,17 +77,19 @@ def check_activation(name: str, value: Any) -> None:
 
 
 def check_attention(
-    attention_type: Any, attention_kwargs: Any, attention_dropout: float = 0.0, num_heads: int = 1, head_dim: int = 8
+    attention_type: Any, attention_kwargs: Any, attention_dropout: float = 0.0, num_heads: int = 1, hidden_size: int = 8
 ) -> None:
     """``attention_type`` must be registered, ``attention_kwargs`` must be keys it accepts with values of the
-    right type and range (the entry is built once on the meta device, which runs its own checks of every
-    setting), and a non-zero ``attention_dropout`` needs a core with attention probabilities."""
+    right type and range (the entry is built once on the meta device, with ``num_heads`` heads splitting
+    ``hidden_size``, which runs its own checks of every setting), and a non-zero ``attention_dropout`` needs
+    a core with attention probabilities."""
     check_choice("attention_type", attention_type, available_attention_types())
     if attention_kwargs is not None and not isinstance(attention_kwargs, dict):
         raise ValueError(f"attention_kwargs must be a dict, got {type(attention_kwargs).__name__}")
     validate_attention_kwargs(attention_type, attention_kwargs)
     with torch.device("meta"):
-        build_attention(attention_type, max(num_heads, 1), max(head_dim, 1), **(attention_kwargs or {}))
+        heads = max(num_heads, 1)
+        build_attention(attention_type, heads, max(hidden_size // heads, 1), **(attention_kwargs or {}))
     if attention_dropout:
         check_capabilities(attention_type, attention_dropout=attention_dropout)
 

@@ -147,7 +147,7 @@ class TransformerConfig(XcvConfig):
             self.attention_kwargs,
             self.attention_dropout,
             self.encoder_attention_heads,
-            self.d_model // max(self.encoder_attention_heads, 1),
+            self.d_model,
         )
         check_attention_serves(self.attention_type, TRANSFORMER_ATTENTION_REQUESTS, "an encoder-decoder")
 

@@ -114,6 +114,6 @@ class ViTConfig(XcvConfig):
             self.attention_kwargs,
             self.attention_probs_dropout_prob,
             self.num_attention_heads,
-            self.hidden_size // max(self.num_attention_heads, 1),
+            self.hidden_size,
         )
         check_attention_serves(self.attention_type, VIT_ATTENTION_REQUESTS, "a ViT encoder")

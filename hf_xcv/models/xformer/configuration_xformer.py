@@ -100,7 +100,7 @@ class XFormerConfig(XcvConfig):
             self.attention_kwargs,
             self.attention_probs_dropout_prob,
             self.num_attention_heads,
-            self.hidden_size // max(self.num_attention_heads, 1),
+            self.hidden_size,
         )
         for name in (
             "vocab_size",
