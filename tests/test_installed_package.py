@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -24,13 +25,32 @@ def run(command: list[str], cwd: Path, env: dict[str, str]) -> subprocess.Comple
     return result
 
 
+def checkout_copy(destination: Path) -> Path:
+    """The checkout's files that git tracks or would track (no build folders, no stale build output)."""
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=REPO, capture_output=True, check=True,
+    ).stdout.decode().split("\0")  # fmt: skip
+    for name in filter(None, listed):
+        origin, target = REPO / name, destination / name
+        if not origin.exists() and not origin.is_symlink():
+            continue  # deleted in the working tree, not yet committed
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if origin.is_symlink():
+            target.symlink_to(os.readlink(origin))
+        else:
+            shutil.copy2(origin, target)
+    return destination
+
+
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory):
     """(bin folder of a fresh venv with the wheel installed, environment without the checkout on any path)."""
     root = tmp_path_factory.mktemp("installed")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env["HF_HOME"] = str(root / "hf-home")
-    run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(root), str(REPO)],
+    source = checkout_copy(root / "source")  # setuptools builds in the source folder: keep the checkout clean
+    run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(root), str(source)],
         root, env)  # fmt: skip
     wheel = next(root.glob("hf_xcv-*.whl"))
     names = zipfile.ZipFile(wheel).namelist()
