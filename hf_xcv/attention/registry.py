@@ -150,6 +150,13 @@ class AttentionCall(NamedTuple):
     module: nn.Module
 
 
+def _weights_on_graph(out: AttentionOutput, v: torch.Tensor) -> AttentionOutput:
+    """``out`` with its values as they were computed but the gradient of ``weights @ v`` (the same function):
+    the maps of an entry that computed them as copies join the graph, and the values do not change by a bit."""
+    through_weights = torch.matmul(out.weights.to(v.dtype), v)  # (B, H, Lq, D)
+    return out._replace(values=out.values.detach() + (through_weights - through_weights.detach()))
+
+
 def _as_4d(x: torch.Tensor | None) -> torch.Tensor | None:
     """A mask or bias of fewer than 4 dimensions as a 4-D view, leading dimensions of size 1."""
     if x is None or x.dim() >= 4:
@@ -278,10 +285,7 @@ class AttentionCore(nn.Module):
         )
         out = self.attend(q, k, v, call)
         if output_weights and self.weights_are_copies and out.weights is not None:
-            # The values as they were computed, with the gradient of weights @ v (the same function): the maps
-            # join the graph and the values do not change by a bit.
-            through_weights = torch.matmul(out.weights.to(v.dtype), v)  # (B, H, Lq, D)
-            out = out._replace(values=out.values.detach() + (through_weights - through_weights.detach()))
+            out = _weights_on_graph(out, v)
         return out
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, call: AttentionCall) -> AttentionOutput:
