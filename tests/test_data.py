@@ -6,6 +6,8 @@ import numpy as np
 import pytest
 import torch
 from datasets import ClassLabel, Dataset, DatasetDict, Image
+from PIL import Image as PILImage
+from transformers import ViTImageProcessor
 
 from hf_xcv import XcvViTImageProcessor
 from hf_xcv.data import (
@@ -64,6 +66,25 @@ def test_transform_and_collator_make_model_batches(digits):
     batch = ImageClassificationCollator()([dataset[i] for i in range(4)])
     assert batch["pixel_values"].shape == (4, 3, 16, 16) and batch["pixel_values"].dtype == torch.float32
     assert batch["labels"].dtype == torch.long and batch["labels"].tolist() == digits["train"]["label"][:4]
+
+
+def test_the_transform_converts_images_to_the_models_channels(digits):
+    """transformers' ViTImageProcessor converts nothing: a grayscale image breaks its three-channel
+    normalisation unless the transform converts it first (RGBA loses its alpha the same way)."""
+    theirs = ViTImageProcessor(size={"height": 16, "width": 16})
+    ours = XcvViTImageProcessor(size={"height": 16, "width": 16})
+    with pytest.raises(ValueError):
+        digits["train"].with_transform(image_classification_transform(theirs))[0]
+    converted = digits["train"].with_transform(image_classification_transform(theirs, num_channels=3))
+    reference = digits["train"].with_transform(image_classification_transform(ours))
+    for i in range(3):
+        assert converted[i]["pixel_values"].shape == (3, 16, 16)
+        np.testing.assert_allclose(converted[i]["pixel_values"], reference[i]["pixel_values"], atol=1e-6)
+    rgba = PILImage.new("RGBA", (8, 8), (10, 20, 30, 0))
+    transform = image_classification_transform(theirs, num_channels=3)
+    assert transform({"image": [rgba]})["pixel_values"][0].shape == (3, 16, 16)
+    with pytest.raises(ValueError, match="num_channels must be 1 or 3"):
+        image_classification_transform(theirs, num_channels=4)
 
 
 def test_collator_multilabel_and_errors():

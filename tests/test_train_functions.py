@@ -7,7 +7,7 @@ import torch
 from datasets import Dataset, DatasetDict
 from helpers import load_script
 from PIL import Image
-from transformers import MarianConfig, MarianMTModel
+from transformers import MarianConfig, MarianMTModel, ViTConfig, ViTForImageClassification, ViTImageProcessor
 
 import hf_xcv
 
@@ -66,6 +66,25 @@ def test_fine_tuning_a_checkpoint_with_another_attention(script, tmp_path):
     assert model.config.attention_type == "performer"
     saved = hf_xcv.ViTForImageClassification.from_pretrained(tmp_path)
     assert torch.equal(model.vit.encoder.layers[0].mlp.fc1.weight, saved.vit.encoder.layers[0].mlp.fc1.weight)
+
+
+def test_fine_tuning_a_transformers_vit_on_grayscale_images(script, tmp_path):
+    """transformers' ViTImageProcessor (three means, no RGB conversion) on the grayscale digits: the script
+    converts images to the model's channels before the processor, so batches come out RGB."""
+    config = ViTConfig(image_size=16, patch_size=4, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                       intermediate_size=64, num_labels=3)  # fmt: skip
+    ViTForImageClassification(config).save_pretrained(tmp_path)
+    ViTImageProcessor(size={"height": 16, "width": 16}).save_pretrained(tmp_path)
+    args = script.ModelArguments(model_name_or_path=str(tmp_path))
+    model, processor = script.build_model_and_processor(args, [str(i) for i in range(10)])
+    assert type(processor) is not hf_xcv.XcvViTImageProcessor  # transformers' own class
+    data = script.load_data(script.DataArguments(max_train_samples=8), seed=0)
+    loaders = script.build_dataloaders(
+        data, processor, script.DataArguments(), script.TrainArguments(output_dir=str(tmp_path / "run")), 3
+    )
+    batch = next(iter(loaders[0]))
+    assert batch["pixel_values"].shape[1:] == (3, 16, 16)
+    assert model(**batch).loss.isfinite()
 
 
 def test_a_saved_translation_dataset_is_checked_and_cut(translation, tmp_path):

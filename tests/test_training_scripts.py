@@ -54,3 +54,25 @@ def test_a_dataset_that_fails_its_checks_claims_no_output_folder(script, tmp_pat
     result = script("--output_dir", str(tmp_path / "run"), "--dataset", str(tmp_path / "no-such-dataset"))
     assert result.returncode != 0
     assert not (tmp_path / "run").exists()
+
+
+def test_a_start_that_fails_after_claiming_the_folder_gives_it_back(script, tmp_path):
+    """A set-up step after the claim (here the model's config) fails: the folder holds nothing to resume, so it
+    is emptied, and the corrected command runs in it without --overwrite_output_dir."""
+    out = tmp_path / "run"
+    result = script("--output_dir", str(out), "--config_overrides", "no_such_field=1")
+    assert result.returncode != 0 and "no_such_field" in result.stderr
+    assert not (out / RUN_MARKER).exists()
+    result = script("--output_dir", str(out))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert (out / "all_results.json").is_file()
+
+
+def test_a_run_stopped_before_its_first_checkpoint_is_refused_with_advice_that_works(script, tmp_path):
+    out = tmp_path / "run"
+    (out / "checkpoints").mkdir(parents=True)
+    (out / RUN_MARKER).write_text("{}")
+    result = script("--output_dir", str(out))
+    assert result.returncode != 0 and "stopped before its first complete checkpoint" in result.stderr
+    assert "--resume_from_checkpoint" not in result.stderr.splitlines()[-1]
+    assert script("--output_dir", str(out), "--overwrite_output_dir").returncode == 0

@@ -139,10 +139,12 @@ def build_model_and_processor(args: ModelArguments, labels: list[str]) -> tuple[
 
 
 def build_dataloaders(
-    data: DatasetDict, processor: Any, data_args: DataArguments, args: TrainArguments
+    data: DatasetDict, processor: Any, data_args: DataArguments, args: TrainArguments, num_channels: int
 ) -> list[DataLoader]:
-    """Train, eval and test loaders of images normalised for the model."""
-    transform = image_classification_transform(processor, data_args.image_column, data_args.label_column)
+    """Train, eval and test loaders of images with the model's channels, normalised for the model."""
+    transform = image_classification_transform(
+        processor, data_args.image_column, data_args.label_column, num_channels=num_channels
+    )
     splits = [data[split].with_transform(transform) for split in ("train", data_args.eval_split, data_args.test_split)]
     return runner.build_dataloaders(splits, args, ImageClassificationCollator())
 
@@ -228,11 +230,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     model_args, data_args, args = parse_args(argv)
     data = load_data(data_args, args.seed)  # before the run folder is claimed: a bad dataset leaves nothing behind
     accelerator, out = runner.start_run(args, model=model_args, data=data_args)
-    model, processor = build_model_and_processor(model_args, data["train"].features[data_args.label_column].names)
-    loaders = build_dataloaders(data, processor, data_args, args)
-    parts, state, (eval_dl, test_dl) = runner.prepare_loop(
-        accelerator, out, args, model, loaders, lambda model, total_steps: build_optimizer(model, args, total_steps)
-    )
+    with runner.setting_up(accelerator, out):
+        model, processor = build_model_and_processor(model_args, data["train"].features[data_args.label_column].names)
+        loaders = build_dataloaders(data, processor, data_args, args, model.config.num_channels)
+        parts, state, (eval_dl, test_dl) = runner.prepare_loop(
+            accelerator, out, args, model, loaders, lambda model, total_steps: build_optimizer(model, args, total_steps)
+        )
     model = parts.model  # prepared by accelerate
     fill = [-m / s for m, s in zip(processor.image_mean, processor.image_std)]  # a black pixel, normalised
     report = reporter(accelerator, model, eval_dl, args.eval_every_epochs, data_args.eval_split)

@@ -359,16 +359,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
         datasets.disable_progress_bars()
     data = load_data(data_args)  # before the run folder is claimed: a bad dataset leaves nothing behind
     accelerator, out = runner.start_run(args, model=model_args, data=data_args)
-    tokenizer = load_or_train_tokenizer(accelerator, model_args, data["train"], data_args, out)
-    model = build_model(model_args, tokenizer)
-    # truncation=True cuts to model_max_length: the positions of the model it is saved with
-    tokenizer.model_max_length = model.config.max_position_embeddings
-    check_lengths(model, data_args, args)
-    configure_generation(model, args)
-    loaders = build_dataloaders(tokenize_splits(data, tokenizer, data_args), tokenizer, data_args, args)
-    parts, state, (eval_dl, test_dl) = runner.prepare_loop(
-        accelerator, out, args, model, loaders, lambda model, total_steps: build_optimizer(model, args, total_steps)
-    )
+    with runner.setting_up(accelerator, out):
+        tokenizer = load_or_train_tokenizer(accelerator, model_args, data["train"], data_args, out)
+        model = build_model(model_args, tokenizer)
+        # truncation=True cuts to model_max_length: the positions of the model it is saved with
+        tokenizer.model_max_length = model.config.max_position_embeddings
+        check_lengths(model, data_args, args)
+        configure_generation(model, args)
+        loaders = build_dataloaders(tokenize_splits(data, tokenizer, data_args), tokenizer, data_args, args)
+        parts, state, (eval_dl, test_dl) = runner.prepare_loop(
+            accelerator, out, args, model, loaders, lambda model, total_steps: build_optimizer(model, args, total_steps)
+        )
     model = parts.model  # prepared by accelerate
     langs = (data_args.source_lang, data_args.target_lang)
     score = functools.partial(score_split, accelerator, model, tokenizer=tokenizer, langs=langs)

@@ -40,21 +40,46 @@ def encode_labels(data: DatasetDict, column: str = "label") -> DatasetDict:
     return DatasetDict({name: encode(split) for name, split in data.items()})
 
 
+_PIL_MODES = {1: "L", 3: "RGB"}
+
+
 def image_classification_transform(
-    processor: Callable[..., Any], image_column: str = "image", label_column: str = "label"
+    processor: Callable[..., Any],
+    image_column: str = "image",
+    label_column: str = "label",
+    num_channels: int | None = None,
 ) -> Callable[[dict[str, list]], dict[str, list]]:
-    """A function for ``Dataset.with_transform``: images -> ``pixel_values``, labels -> ``labels``."""
+    """A function for ``Dataset.with_transform``: images -> ``pixel_values``, labels -> ``labels``.
+
+    With ``num_channels`` (the model's ``config.num_channels``, 1 or 3), PIL images are first converted to
+    that many channels (grayscale -> RGB, RGBA -> RGB, ...), so that any image processor works on any images:
+    transformers' own ``ViTImageProcessor`` normalises with three means and converts nothing."""
+    if num_channels is not None and num_channels not in _PIL_MODES:
+        raise ValueError(f"num_channels must be 1 or 3 to convert images, got {num_channels!r}")
+    mode = None if num_channels is None else _PIL_MODES[num_channels]
 
     def transform(batch: dict[str, list]) -> dict[str, list]:
         if image_column not in batch:
             raise KeyError(f"the dataset has no column {image_column!r}; columns: {sorted(batch)}")
-        pixel_values = processor(batch[image_column], return_tensors="np")["pixel_values"]
+        images = batch[image_column]
+        if mode is not None:
+            images = [_to_mode(image, mode) for image in images]
+        pixel_values = processor(images, return_tensors="np")["pixel_values"]
         out: dict[str, list] = {"pixel_values": list(pixel_values)}
         if label_column in batch:
             out["labels"] = batch[label_column]
         return out
 
     return transform
+
+
+def _to_mode(image: Any, mode: str) -> Any:
+    """A PIL image in ``mode``; other inputs (arrays, tensors) are the caller's layout and pass unchanged."""
+    from PIL import Image
+
+    if isinstance(image, Image.Image) and image.mode != mode:
+        return image.convert(mode)
+    return image
 
 
 class ImageClassificationCollator:

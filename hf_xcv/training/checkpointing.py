@@ -23,6 +23,7 @@ from typing import Any
 
 RUN_MARKER = "xcv_run.json"
 CHECKPOINTS = "checkpoints"
+FINAL_RESULTS = "all_results.json"  # written with the final model: the run ended
 LATEST = "LATEST"
 STATE_FILE = "trainer_state.json"
 _STEP_DIR = re.compile(r"step-(\d{8})")
@@ -67,6 +68,11 @@ def check_output_dir(output_dir: str | os.PathLike, overwrite: bool, resume: boo
         return "resume"
     if overwrite:
         return "overwrite"
+    if not _has_progress(path):
+        raise FileExistsError(
+            f"output_dir {path} already holds a run that stopped before its first complete checkpoint; "
+            "pass --overwrite_output_dir to start over"
+        )
     raise FileExistsError(
         f"output_dir {path} already holds a run; pass --overwrite_output_dir to start over "
         "or --resume_from_checkpoint latest to continue it"
@@ -82,6 +88,25 @@ def prepare_output_dir(output_dir: str | os.PathLike, overwrite: bool, resume: b
     if not (path / RUN_MARKER).exists():
         _write_text_atomic(path / RUN_MARKER, json.dumps(run_args, indent=2, sort_keys=True, default=str))
     return path
+
+
+def _has_progress(run: Path) -> bool:
+    """The run folder holds a complete checkpoint or the final model."""
+    return (run / FINAL_RESULTS).exists() or bool(CheckpointManager(run, None).complete_checkpoints())
+
+
+def release_output_dir(output_dir: str | os.PathLike) -> None:
+    """Empty ``output_dir``, a run folder this process claimed afresh whose set-up failed before any checkpoint,
+    so that a retry is not refused. A folder with a complete checkpoint or a final model, or that is not a run,
+    is left alone."""
+    path = Path(output_dir)
+    if not (path / RUN_MARKER).exists() or _has_progress(path):
+        return
+    for entry in path.iterdir():
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()
 
 
 class CheckpointManager:
@@ -112,7 +137,10 @@ class CheckpointManager:
         """``latest`` or a checkpoint folder -> that folder; FileNotFoundError saying what is missing."""
         path = self.latest() if spec == "latest" else Path(spec)
         if path is None:
-            raise FileNotFoundError(f"no complete checkpoint under {self.root} to resume from")
+            raise FileNotFoundError(
+                f"no complete checkpoint under {self.root} to resume from; pass --overwrite_output_dir instead "
+                "to start over"
+            )
         if not (path / STATE_FILE).exists():
             raise FileNotFoundError(f"{path} is not a complete checkpoint (no {STATE_FILE})")
         return path

@@ -3,9 +3,11 @@
 A script supplies what its task owns (data, model, optimizer, how a batch becomes a loss, how a split is scored)
 and calls, in order::
 
+    data = ...  # loaded and checked before the run folder is claimed
     accelerator, out = start_run(args, model=model_args, data=data_args)
-    ...  # data, model, dataloaders (build_dataloaders)
-    parts, state, (eval_dl, test_dl) = prepare_loop(accelerator, out, args, model, loaders, optimizer_for)
+    with setting_up(accelerator, out):  # a failure here gives the folder back
+        ...  # model, dataloaders (build_dataloaders)
+        parts, state, (eval_dl, test_dl) = prepare_loop(accelerator, out, args, model, loaders, optimizer_for)
     state, stopped = train_loop(parts, state, args, loss_of, report)
     if not stopped:
         results = finish(parts, state, args, {"validation": score_eval, "test": score_test}, [tokenizer], card_for)
@@ -17,12 +19,13 @@ Exact resume rests on two things: the dataloader order comes from accelerate's s
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
 import shlex
 import shutil
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,7 +38,14 @@ from torch.utils.data import DataLoader, Dataset
 from tqdm.auto import tqdm
 from transformers import get_scheduler
 
-from .checkpointing import CheckpointManager, TrainerState, check_output_dir, prepare_output_dir
+from .checkpointing import (
+    FINAL_RESULTS,
+    CheckpointManager,
+    TrainerState,
+    check_output_dir,
+    prepare_output_dir,
+    release_output_dir,
+)
 from .hub import push_folder_to_hub
 from .model_card import write_model_card
 from .schedules import get_noam_schedule
@@ -147,6 +157,20 @@ def start_run(args: RunArguments, **more_args: Any) -> tuple[Accelerator, Path]:
     out = prepare_run(accelerator, args, **more_args)
     set_seed(args.seed)
     return accelerator, out
+
+
+@contextlib.contextmanager
+def setting_up(accelerator: Accelerator, out: Path) -> Iterator[None]:
+    """The steps between claiming the run folder and training (model, tokenizer, dataloaders, preparation). If
+    one fails while the folder holds neither a complete checkpoint nor a final model (nothing a retry could
+    resume or would lose), the main process empties it again, so that the retry is not refused as "already
+    holds a run"."""
+    try:
+        yield
+    except BaseException:
+        if accelerator.is_main_process:
+            release_output_dir(out)
+        raise
 
 
 def require_splits(
@@ -350,7 +374,7 @@ def save_final(
     for component in components:
         component.save_pretrained(staging)
     write_model_card(card_for(unwrapped), staging)
-    (staging / "all_results.json").write_text(json.dumps(results, indent=2))
+    (staging / FINAL_RESULTS).write_text(json.dumps(results, indent=2))
     for file in staging.iterdir():
         os.replace(file, out / file.name)
     staging.rmdir()
