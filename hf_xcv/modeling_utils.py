@@ -291,10 +291,19 @@ class XcvGenerationMixin(GenerationMixin):
     def _prepare_generated_length(self, generation_config, *args: Any, **kwargs: Any):
         generation_config = super()._prepare_generated_length(generation_config, *args, **kwargs)
         limit = self.generation_length_limit()
-        if limit is not None and generation_config.max_length > limit:
+        if limit is None:
+            return generation_config
+        prompt = kwargs.get("input_ids_length")
+        if prompt is not None and not self.config.is_encoder_decoder and prompt >= limit:
+            raise ValueError(
+                f"the prompt has {prompt} tokens, but {type(self).__name__} has {limit - 1} positions "
+                f"(max_position_embeddings): truncate it to at most {limit - 1} tokens, fewer to leave room for the "
+                f"output (tokenizer(..., truncation=True, max_length={limit - 1}))"
+            )
+        if generation_config.max_length > limit:
             logger.warning(
-                "max_length=%d is beyond the %d positions of the model (max_position_embeddings); generation stops "
-                "at %d tokens",
+                "generating up to %d tokens (the prompt and max_new_tokens, or max_length) goes beyond the %d "
+                "positions of the model (max_position_embeddings); generation stops at %d tokens",
                 generation_config.max_length,
                 limit - 1,
                 limit,

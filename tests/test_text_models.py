@@ -124,6 +124,9 @@ def test_a_causal_lm_generates_up_to_its_last_position(caplog):
     with caplog.at_level("WARNING", logger="hf_xcv.modeling_utils"):
         out = lm.generate(ids, max_new_tokens=30, min_new_tokens=30)
     assert out.shape == (2, 13) and "generation stops at 13 tokens" in caplog.text
+    assert lm.generate(source(lm, 12), max_new_tokens=3).shape == (2, 13)  # a prompt on every position: one token
+    with pytest.raises(ValueError, match="the prompt has 13 tokens, but XFormerForCausalLM has 12 positions"):
+        lm.generate(source(lm, 13), max_new_tokens=3)
     relative = causal_lm(attention_type="xl", max_position_embeddings=12)  # no absolute positions: no limit
     assert relative.generate(ids, max_new_tokens=10, min_new_tokens=10).shape == (2, 15)
 
