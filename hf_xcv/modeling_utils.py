@@ -63,6 +63,11 @@ def _show(keys: list[str]) -> str:
     return ", ".join(keys[:_LISTED_KEYS]) + more
 
 
+def _show_shapes(mismatches: list[tuple[str, Any, Any]]) -> str:
+    """(key, checkpoint shape, model shape) triples, as ``key (checkpoint [3, 32], model [5, 32])``."""
+    return _show([f"{key} (checkpoint {list(theirs)}, model {list(ours)})" for key, theirs, ours in mismatches])
+
+
 class XcvPreTrainedModel(PreTrainedModel):
     """PreTrainedModel with conversion on load and strict weight checks (see the module docstring), the
     attention requests of the model, and one policy for extra keyword arguments (:meth:`take_kwargs`)."""
@@ -110,9 +115,15 @@ class XcvPreTrainedModel(PreTrainedModel):
         rest.pop("config", None)
         with tempfile.TemporaryDirectory(prefix="hf_xcv-convert-") as tmp:
             converted = os.path.join(tmp, "converted")
-            convert_checkpoint(
-                source, converted, cls.config_class.model_type, for_task_model=cls._is_task_model, **hub_kwargs
-            )
+            try:
+                convert_checkpoint(
+                    source, converted, cls.config_class.model_type, for_task_model=cls._is_task_model, **hub_kwargs
+                )
+            except ValueError as err:  # the converter's words, with the user's path (never the conversion folder)
+                message = str(err).replace(converted, str(source))
+                if str(source) not in message:
+                    message = f"cannot convert {source}: {message}"
+                raise type(err)(message) from err
             result = cls._load_checked(converted, *model_args, shown_as=source, **rest)
         model = result[0] if isinstance(result, tuple) else result
         model.config._name_or_path = str(source)
@@ -127,23 +138,23 @@ class XcvPreTrainedModel(PreTrainedModel):
         gave when ``path`` is a conversion folder."""
         shown = path if shown_as is None else shown_as
         want_info = kwargs.pop("output_loading_info", False)
+        # Mismatched shapes are judged (and named, with their shapes) by _check_loading_info, not by transformers'
+        # bare RuntimeError
+        new_heads = kwargs.pop("ignore_mismatched_sizes", False)
         hub_kwargs, _ = split_hub_kwargs(kwargs)
         try:
             with _reports_naming(path, shown):
-                model, info = super().from_pretrained(path, *model_args, output_loading_info=True, **kwargs)
+                model, info = super().from_pretrained(
+                    path, *model_args, output_loading_info=True, ignore_mismatched_sizes=True, **kwargs
+                )
         except (SafetensorError, OSError, EOFError, pickle.UnpicklingError, RuntimeError) as err:
             corrupt = find_corrupt_weights(path) if path is not None else None
             if corrupt is not None:
                 raise CorruptCheckpointError(corrupt.replace(str(path), str(shown))) from err
             if isinstance(err, SafetensorError):
                 raise CorruptCheckpointError(f"a weights file of {shown} is corrupt or truncated: {err}") from err
-            if isinstance(err, RuntimeError) and "ignore_mismatched_sizes" in str(err):
-                raise CheckpointMismatchError(
-                    f"checkpoint {shown} has weights whose shapes do not match its config (see the load report "
-                    "above); pass ignore_mismatched_sizes=True only to re-initialise a task head on purpose"
-                ) from err
             raise
-        model._check_loading_info(info, path, shown, hub_kwargs)
+        model._check_loading_info(info, path, shown, hub_kwargs, new_heads)
         return (model, info) if want_info else model
 
     def _initialize_weights(self, module: nn.Module, is_custom_code: bool = False) -> None:
@@ -226,12 +237,23 @@ class XcvPreTrainedModel(PreTrainedModel):
         key = key[len(prefix) :] if key.startswith(prefix) else key
         return key.split(".", 1)[0] in self._task_head_modules
 
-    def _check_loading_info(self, info: dict[str, Any], path: Any, shown: Any, hub_kwargs: dict[str, Any]) -> None:
-        mismatched = [k for k, *_ in info.get("mismatched_keys", ()) if not self._is_head_key(k)]
-        if mismatched:  # ignore_mismatched_sizes=True is for re-initialising a task head, not the backbone
+    def _check_loading_info(
+        self, info: dict[str, Any], path: Any, shown: Any, hub_kwargs: dict[str, Any], new_heads: bool = False
+    ) -> None:
+        converted = "" if str(path) == str(shown) else f" (hf_xcv's names; {shown} was converted on load)"
+        mismatches = sorted(info.get("mismatched_keys", ()))
+        backbone = [m for m in mismatches if not self._is_head_key(m[0])]
+        head = [m for m in mismatches if self._is_head_key(m[0])]
+        if backbone:  # ignore_mismatched_sizes=True is for re-initialising a task head, not the backbone
             raise CheckpointMismatchError(
-                f"checkpoint {shown} has {len(mismatched)} backbone weights whose shapes do not match: "
-                f"{_show(mismatched)}"
+                f"checkpoint {shown} has {len(backbone)} backbone weights whose shapes do not match its config or "
+                f"the settings passed to from_pretrained{converted}: {_show_shapes(backbone)}"
+            )
+        if head and not new_heads:
+            raise CheckpointMismatchError(
+                f"checkpoint {shown} has {len(head)} task-head weights whose shapes do not match its config or the "
+                f"settings passed to from_pretrained (num_labels?){converted}: {_show_shapes(head)}; pass "
+                "ignore_mismatched_sizes=True to re-initialise the head on purpose"
             )
         missing = {k for k in info.get("missing_keys", ()) if not self._is_head_key(k)}
         unexpected = {k for k in info.get("unexpected_keys", ()) if not self._is_head_key(k)}
@@ -239,12 +261,13 @@ class XcvPreTrainedModel(PreTrainedModel):
             own = self._checkpoint_architecture_keys(path, hub_kwargs)
             if missing & own:
                 raise ValueError(
-                    f"checkpoint {shown} is missing {len(missing & own)} weights of the model: {_show(missing & own)}"
+                    f"checkpoint {shown} is missing {len(missing & own)} weights of the model{converted}: "
+                    f"{_show(missing & own)}"
                 )
             if unexpected - own:
                 raise ValueError(
                     f"checkpoint {shown} has {len(unexpected - own)} weights the model does not have "
-                    f"(another architecture or size?): {_show(unexpected - own)}"
+                    f"(another architecture or size?){converted}: {_show(unexpected - own)}"
                 )
             if missing:
                 logger.warning(

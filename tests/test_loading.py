@@ -120,6 +120,7 @@ def test_errors_and_reports_of_a_converted_checkpoint_name_the_users_path(transf
     with Records("transformers.modeling_utils") as records, pytest.raises(ValueError) as err:
         hf_xcv.ViTForImageClassification.from_pretrained(transformers_vit)
     assert str(transformers_vit) in str(err.value) and "hf_xcv-convert" not in str(err.value)
+    assert "converted on load" in str(err.value)  # the key it names is hf_xcv's, not the file's
     report = [message for message in records.messages if "LOAD REPORT" in message]
     assert report and all(str(transformers_vit) in m and "hf_xcv-convert" not in m for m in report)
 
@@ -129,6 +130,27 @@ def test_shape_mismatches_are_catchable_as_transformers_runtime_error(transforme
         hf_xcv.ViTForImageClassification.from_pretrained(transformers_vit, intermediate_size=48)
     assert isinstance(err.value, (CheckpointMismatchError, ValueError))
     assert str(transformers_vit) in str(err.value) and "hf_xcv-convert" not in str(err.value)
+
+
+def test_a_head_of_another_size_is_named_with_its_shapes(transformers_vit):
+    with pytest.raises(RuntimeError, match=r"task-head weights .*num_labels") as err:
+        hf_xcv.ViTForImageClassification.from_pretrained(transformers_vit, num_labels=5)
+    assert isinstance(err.value, CheckpointMismatchError) and str(transformers_vit) in str(err.value)
+    assert "classifier.weight (checkpoint [3, 32], model [5, 32])" in str(err.value)
+    assert "ignore_mismatched_sizes=True" in str(err.value)
+    model = hf_xcv.ViTForImageClassification.from_pretrained(
+        transformers_vit, num_labels=5, ignore_mismatched_sizes=True
+    )
+    assert model.classifier.out_features == 5
+
+
+def test_a_key_without_a_conversion_rule_is_named_with_the_users_path(transformers_vit):
+    weights = safetensors.torch.load_file(transformers_vit / "model.safetensors")
+    weights["vit.encoder.layer.0.attention.bogus"] = torch.zeros(1)
+    safetensors.torch.save_file(weights, transformers_vit / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(ValueError, match="no conversion rule") as err:
+        hf_xcv.ViTForImageClassification.from_pretrained(transformers_vit)
+    assert str(transformers_vit) in str(err.value) and "attention.bogus" in str(err.value)
 
 
 def test_from_pretrained_none_with_a_config_and_a_state_dict_works_as_in_transformers():
