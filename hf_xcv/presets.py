@@ -120,13 +120,19 @@ PRESETS: dict[str, Preset] = {
 }
 
 
-def preset_config(name: str, **overrides: Any) -> PretrainedConfig:
-    """The config of a named preset, with ``overrides`` applied (e.g. ``num_labels=10``)."""
+def preset_config(name: str, model_type: str | None = None, **overrides: Any) -> PretrainedConfig:
+    """The config of a named preset, with ``overrides`` applied (e.g. ``num_labels=10``); with ``model_type``,
+    a preset of another model type is refused (a training script for one family names only its presets)."""
     from .auto import MODEL_TYPES
 
+    fitting = sorted(key for key, preset in PRESETS.items() if model_type in (None, preset.model_type))
     if name not in PRESETS:
-        raise ValueError(f"unknown preset {name!r}; available presets: {sorted(PRESETS)}")
+        raise ValueError(f"unknown preset {name!r}; available presets: {fitting}")
     preset = PRESETS[name]
+    if model_type is not None and preset.model_type != model_type:
+        raise ValueError(
+            f"preset {name!r} makes a {preset.model_type} model; this needs a {model_type} preset: {fitting}"
+        )
     config_class = MODEL_TYPES[preset.model_type].config
     check_known_fields(config_class, overrides)
     return config_class(**{**preset.config, **overrides})

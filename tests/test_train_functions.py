@@ -55,6 +55,11 @@ def test_fine_tuning_takes_overrides_and_refuses_a_preset_too(script, tmp_path):
         )
     with pytest.raises(ValueError, match=r"has no field \['drop_pth_rate'\]"):
         script.build_model_and_processor(script.ModelArguments(config_overrides="drop_pth_rate=0.1"), ["a", "b"])
+    with pytest.raises(ValueError, match=r"'xformer-test-tiny' makes a xcv_xformer model; this needs a xcv_vit pres"):
+        script.build_model_and_processor(script.ModelArguments(preset="xformer-test-tiny"), ["a", "b"])
+    with pytest.raises(ValueError, match="unknown preset") as err:
+        script.build_model_and_processor(script.ModelArguments(preset="vit-tny"), ["a", "b"])
+    assert "vit-digits" in str(err.value) and "transformer-base" not in str(err.value)  # only what fits
 
 
 def test_fine_tuning_a_checkpoint_with_another_attention(script, tmp_path):

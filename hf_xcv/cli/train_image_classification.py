@@ -131,7 +131,7 @@ def build_model_and_processor(args: ModelArguments, labels: list[str]) -> tuple[
             **overrides,
         )
         return model, processor
-    config = hf_xcv.preset_config(args.preset or "vit-digits", **overrides)
+    config = hf_xcv.preset_config(args.preset or "vit-digits", hf_xcv.ViTConfig.model_type, **overrides)
     config._attn_implementation = args.attn_implementation
     size = to_pair(config.image_size)
     processor = hf_xcv.XcvViTImageProcessor(size={"height": size[0], "width": size[1]})

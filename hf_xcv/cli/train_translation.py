@@ -184,7 +184,7 @@ def build_model(args: ModelArguments, tokenizer: Any) -> torch.nn.Module:
             )
         return model
     fields = {"vocab_size": len(tokenizer), **special_token_ids(tokenizer), **overrides}
-    config = hf_xcv.preset_config(args.preset or DEFAULT_PRESET, **fields)
+    config = hf_xcv.preset_config(args.preset or DEFAULT_PRESET, hf_xcv.TransformerConfig.model_type, **fields)
     config._attn_implementation = args.attn_implementation
     return hf_xcv.TransformerForConditionalGeneration(config)
 
