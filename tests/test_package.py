@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import importlib
 import json
+import sys
 
 import numpy as np
 import PIL.Image
+import pytest
 import torch
 from helpers import run_python
 
@@ -96,3 +99,15 @@ def test_torch_requirement_admits_the_cpu_build_ci_installs():
     torch_requirement = next(r for r in core if r.name == "torch")
     assert "2.13.0" in torch_requirement.specifier
     assert not any(r.name in ("torchvision", "timm") for r in core)
+
+
+@pytest.mark.parametrize(("command", "program"), [("train", "image-classification"), ("convert", "vit")])
+def test_a_programs_usage_names_the_command_typed(command, program, capsys):
+    module = importlib.import_module(f"hf_xcv.{command}")
+    argv0 = sys.argv[0]
+    with pytest.raises(SystemExit) as exit_:
+        module.main([program, "--help"])
+    assert exit_.value.code == 0 and sys.argv[0] == argv0
+    assert capsys.readouterr().out.startswith(f"usage: hf-xcv-{command} {program} ")
+    with pytest.raises(SystemExit, match=f"hf-xcv-{command}: unknown program 'nope'"):
+        module.main(["nope"])

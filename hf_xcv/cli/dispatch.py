@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Mapping
 from types import ModuleType
 
@@ -20,4 +21,9 @@ def dispatch(
     name, rest = argv[0], argv[1:]
     if name not in programs:
         raise SystemExit(f"{command}: unknown program {name!r}; choose one of {sorted(programs)}")
-    return load(programs[name]).main(rest)
+    program = load(programs[name])
+    shown, sys.argv[0] = sys.argv[0], f"{command} {name}"  # argparse's usage line names the command typed
+    try:
+        return program.main(rest)
+    finally:
+        sys.argv[0] = shown

@@ -48,7 +48,8 @@ TEMPLATE = TEMPLATES / "image_classification.md"
 @dataclass
 class ModelArguments:
     preset: str | None = field(
-        default=None, metadata={"help": "named configuration from hf_xcv.PRESETS (default: vit-digits)"}
+        default=None,
+        metadata={"help": "named configuration from hf_xcv.PRESETS; vit-digits without it and --model_name_or_path"},
     )
     model_name_or_path: str | None = field(
         default=None, metadata={"help": "fine-tune this checkpoint (hf_xcv or transformers ViT) instead of a preset"}

@@ -51,7 +51,10 @@ NUM_EXAMPLES = 3  # translations kept in all_results.json per split
 @dataclass
 class ModelArguments:
     preset: str | None = field(
-        default=None, metadata={"help": f"named configuration from hf_xcv.PRESETS (default: {DEFAULT_PRESET})"}
+        default=None,
+        metadata={
+            "help": f"named configuration from hf_xcv.PRESETS; {DEFAULT_PRESET} without it and --model_name_or_path"
+        },
     )
     model_name_or_path: str | None = field(
         default=None, metadata={"help": "fine-tune this checkpoint (hf_xcv or a transformers Marian) instead"}
