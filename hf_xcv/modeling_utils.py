@@ -155,6 +155,8 @@ class XcvPreTrainedModel(PreTrainedModel):
                 raise CorruptCheckpointError(f"a weights file of {shown} is corrupt or truncated: {err}") from err
             raise
         model._check_loading_info(info, path, shown, hub_kwargs, new_heads)
+        # What a card may name as base_model: a Hub repo, never a local folder (judged now, where it exists)
+        model._hub_source = None if shown is None or os.path.exists(shown) else str(shown)
         return (model, info) if want_info else model
 
     def _initialize_weights(self, module: nn.Module, is_custom_code: bool = False) -> None:
@@ -188,7 +190,7 @@ class XcvPreTrainedModel(PreTrainedModel):
     def _default_model_card(self, repo_id: str) -> Any:
         from .training.model_card import default_model_card
 
-        source = getattr(self.config, "_name_or_path", None)
+        source = getattr(self, "_hub_source", None)  # set by from_pretrained
         return default_model_card(self, repo_id, base_model=source if source != repo_id else None)
 
     def __init__(self, config, *inputs: Any, **kwargs: Any):

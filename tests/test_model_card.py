@@ -8,7 +8,7 @@ from huggingface_hub.repocard_data import model_index_to_eval_results
 
 import hf_xcv
 from hf_xcv.training import TEMPLATES, MeasuredResult, build_model_card, write_model_card
-from hf_xcv.training.model_card import quoted
+from hf_xcv.training.model_card import dataset_label, quoted
 
 
 @pytest.fixture
@@ -100,3 +100,19 @@ def test_save_pretrained_writes_a_card_naming_the_library_and_keeps_an_existing_
     (tmp_path / "mine" / "README.md").write_text("my own card")
     model.save_pretrained(tmp_path / "mine")
     assert (tmp_path / "mine" / "README.md").read_text() == "my own card"
+
+
+def test_a_model_loaded_from_a_local_folder_names_no_base_model_even_from_elsewhere(model, tmp_path, monkeypatch):
+    """``runs/digits`` reads like a repo id: whether it was a local folder is judged when it is loaded."""
+    (tmp_path / "runs").mkdir()
+    monkeypatch.chdir(tmp_path)
+    model.save_pretrained("runs/digits")
+    loaded = type(model).from_pretrained("runs/digits")
+    monkeypatch.chdir(tmp_path / "runs")  # "runs/digits" no longer exists from here
+    loaded.save_pretrained(tmp_path / "again")
+    assert ModelCard.load(tmp_path / "again" / "README.md").data.base_model is None
+
+
+def test_a_local_dataset_is_named_by_its_folder_in_the_card():
+    assert dataset_label("/home/someone/private/shapes/") == "shapes"
+    assert dataset_label("someone/flowers") == "someone/flowers"

@@ -40,7 +40,7 @@ from hf_xcv.data import (
 from hf_xcv.layers import to_pair
 from hf_xcv.metrics import Accuracy, TopKAccuracy
 from hf_xcv.training import TEMPLATES, MeasuredResult, TrainerState, build_model_card, runner
-from hf_xcv.training.model_card import hub_id
+from hf_xcv.training.model_card import dataset_label, hub_id
 
 TEMPLATE = TEMPLATES / "image_classification.md"
 
@@ -214,7 +214,7 @@ def model_card(
     argv: list[str],
 ) -> ModelCard:
     split = data_args.test_split
-    dataset_id = "sklearn-digits" if data_args.dataset == "digits" else data_args.dataset
+    dataset_id = "sklearn-digits" if data_args.dataset == "digits" else dataset_label(data_args.dataset)
     return build_model_card(
         TEMPLATE, model, repo_id=args.hub_model_id or Path(args.output_dir).name, dataset_id=dataset_id,
         dataset_name=dataset_id,

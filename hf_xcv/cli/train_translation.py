@@ -39,7 +39,7 @@ from hf_xcv.data import load_number_translation_dataset, tokenize_translation_ba
 from hf_xcv.metrics import Bleu, ChrF
 from hf_xcv.training import TEMPLATES, MeasuredResult, TrainerState, build_model_card, runner
 from hf_xcv.training.checkpointing import CHECKPOINTS
-from hf_xcv.training.model_card import hub_id, quoted
+from hf_xcv.training.model_card import dataset_label, hub_id, quoted
 
 TEMPLATE = TEMPLATES / "translation.md"
 BUILT_IN = "numbers"
@@ -335,7 +335,7 @@ def model_card(
     if data_args.dataset == BUILT_IN:
         dataset_id, dataset_name = f"num2words-numbers-{langs[0]}-{langs[1]}", "numbers written out (num2words)"
     else:
-        dataset_id = dataset_name = data_args.dataset
+        dataset_id = dataset_name = dataset_label(data_args.dataset)
     example = test["examples"][0] if test["examples"] else {}
     return build_model_card(
         TEMPLATE, model, repo_id=args.hub_model_id or Path(args.output_dir).name, dataset_id=dataset_id,

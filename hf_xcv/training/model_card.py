@@ -28,6 +28,12 @@ def hub_id(name: str | os.PathLike | None) -> str | None:
     return name if _REPO_ID.match(name) and not name.endswith((".", "-")) else None
 
 
+def dataset_label(dataset: str | os.PathLike) -> str:
+    """How a card names a dataset: its Hub id, or a local folder's own name (a card is public: the path of the
+    machine it was trained on is not)."""
+    return hub_id(dataset) or os.path.basename(os.path.normpath(str(dataset)))
+
+
 def quoted(text: str) -> str:
     """A string as a Python literal for a card's code, with non-ASCII text as text (not \\u escapes)."""
     return json.dumps(text, ensure_ascii=False)
