@@ -14,7 +14,7 @@ from test_models_common import HEADS, main_output, make_inputs, serves, tiny_con
 import hf_xcv
 from hf_xcv.attention import AttentionCore, available_attention_types, get_attention_class
 from hf_xcv.auto import AUTO_CLASSES
-from hf_xcv.conversion import CheckpointMismatchError
+from hf_xcv.conversion import CheckpointMismatchError, convert_checkpoint
 
 SWITCHES = [
     (case, name) for case in HEADS for name in available_attention_types() if name != "full" and serves(case[2], name)
@@ -117,12 +117,17 @@ def test_errors_and_reports_of_a_converted_checkpoint_name_the_users_path(transf
     weights = safetensors.torch.load_file(transformers_vit / "model.safetensors")
     del weights["vit.encoder.layer.0.output.dense.weight"]
     safetensors.torch.save_file(weights, transformers_vit / "model.safetensors", metadata={"format": "pt"})
-    with Records("transformers.modeling_utils") as records, pytest.raises(ValueError) as err:
-        hf_xcv.ViTForImageClassification.from_pretrained(transformers_vit)
+    with pytest.raises(ValueError, match=r"lacks 1 weights .*\(hf_xcv's names\).*layers\.0\.mlp\.fc2") as err:
+        hf_xcv.ViTForImageClassification.from_pretrained(transformers_vit)  # refused before anything is loaded
     assert str(transformers_vit) in str(err.value) and "hf_xcv-convert" not in str(err.value)
-    assert "converted on load" in str(err.value)  # the key it names is hf_xcv's, not the file's
+    complete = transformers_vit.parent / "complete"
+    transformers.ViTForImageClassification(transformers.ViTConfig.from_pretrained(transformers_vit)).save_pretrained(
+        complete
+    )
+    with Records("transformers.modeling_utils") as records:  # a new core: transformers reports its new weights
+        hf_xcv.ViTForImageClassification.from_pretrained(complete, attention_type="performer")
     report = [message for message in records.messages if "LOAD REPORT" in message]
-    assert report and all(str(transformers_vit) in m and "hf_xcv-convert" not in m for m in report)
+    assert report and all(str(complete) in m and "hf_xcv-convert" not in m for m in report)
 
 
 def test_shape_mismatches_are_catchable_as_transformers_runtime_error(transformers_vit):
@@ -163,3 +168,15 @@ def test_from_pretrained_none_with_a_config_and_a_state_dict_works_as_in_transfo
     partial = {k: v for k, v in model.state_dict().items() if "layers.1.mlp" not in k}
     with pytest.raises(ValueError, match="is missing 4 weights"):
         hf_xcv.ViTForImageClassification.from_pretrained(None, config=model.config, state_dict=partial)
+
+
+def test_converting_an_incomplete_checkpoint_writes_nothing(transformers_vit, tmp_path):
+    """Without --verify too: the converted weights are checked against the model their config describes."""
+    weights = safetensors.torch.load_file(transformers_vit / "model.safetensors")
+    del weights["vit.encoder.layer.1.attention.attention.query.weight"]
+    safetensors.torch.save_file(weights, transformers_vit / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(
+        ValueError, match=r"lacks 1 weights of a ViTForImageClassification .*layers\.1\.attention\.q_proj"
+    ):
+        convert_checkpoint(transformers_vit, tmp_path / "out", "xcv_vit")
+    assert not (tmp_path / "out").exists()

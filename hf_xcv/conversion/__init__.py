@@ -77,6 +77,7 @@ def convert_checkpoint(
     new_config, new_state_dict, dropped = converter.convert(config_dict, state_dict, for_task_model)
     if dropped:
         logger.warning("conversion of %s dropped %d keys it has no use for: %s", source, len(dropped), dropped)
+    check_converted(new_config, new_state_dict, target_model_type, source)
     with atomic_directory(output_dir, overwrite=overwrite) as staging:
         save_safetensors(new_state_dict, staging / "model.safetensors")
         with open(staging / "config.json", "w") as handle:
@@ -90,6 +91,42 @@ def convert_checkpoint(
         if hasattr(converter, "finish_folder"):  # e.g. fill in what older source folders leave implicit
             converter.finish_folder(staging, config_dict)
     return dropped
+
+
+def check_converted(
+    config_dict: dict[str, Any], state_dict: dict[str, Any], target_model_type: str, source: str | os.PathLike
+) -> None:
+    """Refuse, before anything is written, converted weights that do not fill the model their config describes
+    (built on the meta device): a weight missing (a task head excepted: a backbone converts for fine-tuning;
+    tied copies excepted: they are saved once) or of another shape. A broken source then fails here, not later
+    when someone loads the result."""
+    import torch
+
+    from ..auto import MODEL_TYPES
+
+    entry = MODEL_TYPES[target_model_type]
+    classes = {cls.__name__: cls for cls in (entry.base_model, *entry.heads.values())}
+    model_class = next((classes[n] for n in config_dict.get("architectures") or () if n in classes), entry.base_model)
+    config = entry.config.from_dict(config_dict)
+    with torch.device("meta"):
+        reference = model_class(config)
+    tied = set(getattr(reference, "all_tied_weights_keys", None) or ())
+    expected = {key: tuple(value.shape) for key, value in reference.state_dict().items() if key not in tied}
+    missing = sorted(k for k in expected if k not in state_dict and not reference._is_head_key(k))
+    if missing:
+        raise ValueError(
+            f"{source} lacks {len(missing)} weights of a {model_class.__name__} after conversion (hf_xcv's names): "
+            f"{missing[:8]}{' ...' if len(missing) > 8 else ''}"
+        )
+    shapes = [
+        f"{k} (converted {list(state_dict[k].shape)}, model {list(shape)})"
+        for k, shape in expected.items()
+        if k in state_dict and tuple(state_dict[k].shape) != shape
+    ]
+    if shapes:
+        raise CheckpointMismatchError(
+            f"{source} has {len(shapes)} weights whose shapes do not match its config after conversion: {shapes[:8]}"
+        )
 
 
 def _copy_processor_config(
