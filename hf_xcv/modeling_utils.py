@@ -272,11 +272,14 @@ class XcvPreTrainedModel(PreTrainedModel):
                     f"(another architecture or size?){converted}: {_show(unexpected - own)}"
                 )
             if missing:
+                trained = {name for name, _ in self.named_parameters()}
                 logger.warning(
-                    "newly initialised weights that this configuration (attention_type=%r) adds to the checkpoint's "
-                    "(train before use): %s",
+                    "newly initialised tensors that this configuration (attention_type=%r) adds to the checkpoint's "
+                    "(as a freshly built core has them; parameters among them are untrained: fine-tune before use): "
+                    "parameters %s; buffers %s",
                     self.config.attention_type,
-                    _show(list(missing)),
+                    _show([k for k in missing if k in trained]) or "none",
+                    _show([k for k in missing if k not in trained]) or "none",
                 )
             if unexpected:
                 logger.warning("checkpoint weights this configuration does not use: %s", _show(list(unexpected)))

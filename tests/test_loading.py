@@ -68,7 +68,12 @@ def test_a_checkpoint_loads_with_another_attention_and_reports_what_it_adds(case
     core = next(m for m in model.modules() if isinstance(m, AttentionCore))
     own = dict(core._own_tensors())
     if own:  # the new core's tensors are reported and start as a freshly built core's
-        assert any("newly initialised weights" in message for message in records.messages)
+        report = next(message for message in records.messages if "newly initialised tensors" in message)
+        parameters = {name for name, _ in core.named_parameters()}
+        for name in own:  # each under its kind: a buffer (random features) is not something to train
+            kind = "parameters" if name in parameters else "buffers"
+            shown = report.split(f"{kind} ", 1)[1].split(";")[0]
+            assert name in shown or "more" in shown, (name, report)
         fresh = dict(type(core)(core.num_heads, core.head_dim, **kwargs)._own_tensors())
         for name, tensor in own.items():
             assert torch.isfinite(tensor.float()).all(), name

@@ -145,6 +145,7 @@ def test_on_disk_conversion_cli_with_verification(hf_vit_dir, tmp_path, repo_roo
         text=True,
     )
     assert again.returncode != 0 and "not empty" in again.stderr
+    assert "Traceback" not in again.stderr  # a user error reads as one line
 
 
 def test_pure_mapping_accounts_for_every_key_in_both_layouts(hf_vit_dir):

@@ -22,7 +22,10 @@ def run(argv: list[str] | None, description: str, target_model_type: str, verify
     parser.add_argument("--tolerance", type=float, default=1e-4)
     args = parser.parse_args(argv)
     hub_kwargs = {"revision": args.revision} if args.revision else {}
-    dropped = convert_checkpoint(args.input, args.output, target_model_type, overwrite=args.overwrite, **hub_kwargs)
+    try:
+        dropped = convert_checkpoint(args.input, args.output, target_model_type, overwrite=args.overwrite, **hub_kwargs)
+    except (ValueError, OSError) as err:  # a bad source or output: the message says which, no traceback
+        raise SystemExit(f"error: {err}") from err
     note = f" (dropped {len(dropped)} keys: {dropped})" if dropped else ""
     print(f"converted {args.input} -> {args.output}{note}")
     if args.verify:
