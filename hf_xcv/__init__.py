@@ -7,6 +7,14 @@ installed, its default adapter targets with peft). It touches no network.
 from .attention import available_attention_types, build_attention, register_attention
 from .auto import MODEL_TYPES, register_auto_classes
 from .integrations import register_peft_defaults
+from .models.swin import (
+    SwinBackbone,
+    SwinConfig,
+    SwinForImageClassification,
+    SwinModel,
+    SwinPreTrainedModel,
+    XcvSwinImageProcessor,
+)
 from .models.transformer import (
     TransformerConfig,
     TransformerForConditionalGeneration,
@@ -39,6 +47,11 @@ register_peft_defaults(list(MODEL_TYPES))  # only when peft is installed
 __all__ = [
     "MODEL_TYPES",
     "PRESETS",
+    "SwinBackbone",
+    "SwinConfig",
+    "SwinForImageClassification",
+    "SwinModel",
+    "SwinPreTrainedModel",
     "TransformerConfig",
     "TransformerForConditionalGeneration",
     "TransformerModel",
@@ -54,6 +67,7 @@ __all__ = [
     "XFormerForSequenceClassification",
     "XFormerModel",
     "XFormerPreTrainedModel",
+    "XcvSwinImageProcessor",
     "XcvViTImageProcessor",
     "available_attention_types",
     "build_attention",

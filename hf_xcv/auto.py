@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from transformers import (
+    AutoBackbone,
     AutoConfig,
     AutoModel,
     AutoModelForCausalLM,
@@ -18,6 +19,8 @@ from transformers import (
 )
 from transformers.models.auto.image_processing_auto import IMAGE_PROCESSOR_MAPPING
 
+from .models.swin import SwinBackbone, SwinConfig, SwinForImageClassification, SwinModel, XcvSwinImageProcessor
+from .models.swin.modeling_swin import swin_dummy_inputs
 from .models.transformer import TransformerConfig, TransformerForConditionalGeneration, TransformerModel
 from .models.transformer.modeling_transformer import transformer_dummy_inputs
 from .models.transformer.tokenization_transformer import TransformerTokenizerFast
@@ -71,6 +74,14 @@ MODEL_TYPES: dict[str, ModelEntry] = {
             attention_test_overrides={"pooling": "mean"},
         ),
         ModelEntry(
+            config=SwinConfig,
+            base_model=SwinModel,
+            heads={"AutoModelForImageClassification": SwinForImageClassification, "AutoBackbone": SwinBackbone},
+            image_processor=XcvSwinImageProcessor,
+            test_preset="swin-test-tiny",
+            dummy_inputs=swin_dummy_inputs,
+        ),
+        ModelEntry(
             config=TransformerConfig,
             base_model=TransformerModel,
             heads={"AutoModelForSeq2SeqLM": TransformerForConditionalGeneration},
@@ -97,6 +108,7 @@ AUTO_CLASSES = {
     "AutoModelForSeq2SeqLM": AutoModelForSeq2SeqLM,
     "AutoModelForSequenceClassification": AutoModelForSequenceClassification,
     "AutoModelForCausalLM": AutoModelForCausalLM,
+    "AutoBackbone": AutoBackbone,
 }
 
 

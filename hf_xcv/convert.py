@@ -1,6 +1,8 @@
 """``hf-xcv-convert <format> [options]`` / ``python -m hf_xcv.convert <format> [options]``: checkpoint converters.
 
     hf-xcv-convert vit --input google/vit-base-patch16-224 --output vit-b16-xcv --verify
+    hf-xcv-convert swin --input microsoft/swin-tiny-patch4-window7-224 --output swin-t-xcv --verify
+    hf-xcv-convert swin --input swin_tiny_patch4_window7_224.pth --output swin-t-xcv --verify
     hf-xcv-convert marian --input Helsinki-NLP/opus-mt-en-de --output opus-mt-en-de-xcv --verify
     hf-xcv-convert to-transformers --input runs/digits --output digits-for-transformers --verify
 
@@ -17,6 +19,7 @@ from .cli.dispatch import dispatch
 FORMATS = {
     "vit": "hf_xcv.cli.convert_vit",
     "marian": "hf_xcv.cli.convert_marian",
+    "swin": "hf_xcv.cli.convert_swin",
     "to-transformers": "hf_xcv.cli.export_to_transformers",
 }
 

@@ -23,6 +23,7 @@ import inspect
 import logging
 import os
 import pickle
+import re
 import tempfile
 import warnings
 from collections.abc import Iterator
@@ -48,6 +49,7 @@ from .conversion import (
     find_converter,
     find_corrupt_weights,
     load_config_dict,
+    load_state_dict,
     split_hub_kwargs,
 )
 from .layers import SinusoidalPositionEmbedding, sinusoidal_table
@@ -88,6 +90,13 @@ class XcvPreTrainedModel(PreTrainedModel):
     # True for models with a task head: conversion then drops parts only a bare backbone keeps
     # (e.g. transformers' ViT pooler, which its classification model ignores too).
     _is_task_model: ClassVar[bool] = False
+    # Weights whose shape follows a setting that fine-tuning may change (a window, a resolution), as regexes over
+    # state-dict keys: a checkpoint of another shape is resampled by :meth:`resample_weight`, and logged.
+    _resampled_weights: ClassVar[tuple[str, ...]] = ()
+
+    def resample_weight(self, key: str, tensor: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor | None:
+        """``tensor`` (a checkpoint's ``key``) resampled to the model's ``shape``; None when it cannot be."""
+        return None
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path: str | os.PathLike | None, *model_args: Any, **kwargs: Any):
@@ -154,6 +163,7 @@ class XcvPreTrainedModel(PreTrainedModel):
             if isinstance(err, SafetensorError):
                 raise CorruptCheckpointError(f"a weights file of {shown} is corrupt or truncated: {err}") from err
             raise
+        model._resample_mismatched(info, path, shown, hub_kwargs)
         model._check_loading_info(info, path, shown, hub_kwargs, new_heads)
         # What a card may name as base_model: a Hub repo, never a local folder (judged now, where it exists)
         model._hub_source = None if shown is None or os.path.exists(shown) else str(shown)
@@ -238,6 +248,29 @@ class XcvPreTrainedModel(PreTrainedModel):
         prefix = self.base_model_prefix + "."
         key = key[len(prefix) :] if key.startswith(prefix) else key
         return key.split(".", 1)[0] in self._task_head_modules
+
+    @torch.no_grad()
+    def _resample_mismatched(self, info: dict[str, Any], path: Any, shown: Any, hub_kwargs: dict[str, Any]) -> None:
+        """Checkpoint weights of ``_resampled_weights`` whose shape differs from the model's: read them again,
+        resample them into the model, log it, and strike them from the mismatches."""
+        patterns = [re.compile(p) for p in self._resampled_weights]
+        wanted = [m for m in info.get("mismatched_keys") or () if any(p.fullmatch(m[0]) for p in patterns)]
+        if not wanted or path is None:
+            return
+        checkpoint = load_state_dict(path, **hub_kwargs)
+        tensors = dict(self.state_dict(keep_vars=True))
+        prefix = self.base_model_prefix + "."
+        done = []
+        for key, old_shape, new_shape in wanted:
+            source = next((k for k in (key, prefix + key, key.removeprefix(prefix)) if k in checkpoint), None)
+            resampled = None if source is None else self.resample_weight(key, checkpoint[source], tuple(new_shape))
+            if resampled is None or tuple(resampled.shape) != tuple(tensors[key].shape):
+                continue
+            tensors[key].copy_(resampled.to(tensors[key].dtype))
+            done.append((key, old_shape, new_shape))
+        if done:
+            logger.warning("resampled %d weights of %s to this configuration: %s", len(done), shown, _show_shapes(done))
+            info["mismatched_keys"] = [m for m in info["mismatched_keys"] if m not in done]
 
     def _check_loading_info(
         self, info: dict[str, Any], path: Any, shown: Any, hub_kwargs: dict[str, Any], new_heads: bool = False

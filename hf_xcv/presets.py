@@ -34,6 +34,10 @@ def _vit(hidden: int, layers: int, heads: int, mlp: int, patch: int = 16, image:
     )
 
 
+def _swin(embed: int, depths: list[int], heads: list[int], window: int = 7, image: int = 224, **more: Any) -> dict:
+    return dict(embed_dim=embed, depths=depths, num_heads=heads, window_size=window, image_size=image, **more)
+
+
 def _transformer(d_model: int, layers: int, heads: int, ffn: int, **more: Any) -> dict:
     return dict(
         d_model=d_model,
@@ -53,6 +57,7 @@ def _xformer(hidden: int, layers: int, heads: int, mlp: int, **more: Any) -> dic
 
 _VIT_PAPER = "Dosovitskiy et al. 2020, Table 1"
 _TRANSFORMER_PAPER = "Vaswani et al. 2017, Tables 2-3"
+_SWIN_PAPER = "Liu et al. 2021 (Swin), Table 1a: ImageNet-1K"
 _DEIT_PAPER = "Touvron et al. 2021 (DeiT), ImageNet-1k only, 224px"
 
 PRESETS: dict[str, Preset] = {
@@ -82,6 +87,30 @@ PRESETS: dict[str, Preset] = {
     ),
     # Tiny configuration the registry-driven tests build for every model type (see MODEL_TYPES).
     "vit-test-tiny": Preset("xcv_vit", _vit(32, 2, 4, 64, patch=4, image=16), "test fixture"),
+    "swin-tiny-patch4-window7-224": Preset(
+        "xcv_swin", _swin(96, [2, 2, 6, 2], [3, 6, 12, 24], drop_path_rate=0.2), f"{_SWIN_PAPER}: top-1 81.2", "28.3M"
+    ),
+    "swin-small-patch4-window7-224": Preset(
+        "xcv_swin", _swin(96, [2, 2, 18, 2], [3, 6, 12, 24], drop_path_rate=0.3), f"{_SWIN_PAPER}: top-1 83.2", "49.6M"
+    ),
+    "swin-base-patch4-window7-224": Preset(
+        "xcv_swin", _swin(128, [2, 2, 18, 2], [4, 8, 16, 32], drop_path_rate=0.5), f"{_SWIN_PAPER}: top-1 83.5", "87.8M"
+    ),
+    "swin-base-patch4-window12-384": Preset(
+        "xcv_swin",
+        _swin(128, [2, 2, 18, 2], [4, 8, 16, 32], window=12, image=384, drop_path_rate=0.5),
+        f"{_SWIN_PAPER}: top-1 84.5 (384x384)",
+        "87.9M",
+    ),
+    # The demo model: trains on the built-in digits (upsampled to 32x32, 2x2 patches) in minutes on 2 CPU cores.
+    "swin-digits": Preset(
+        "xcv_swin",
+        _swin(32, [2, 2], [2, 4], window=4, image=32, patch_size=2, drop_path_rate=0.1),
+        "hf_xcv demo on scikit-learn's digits (see README for the measured accuracy)",
+    ),
+    "swin-test-tiny": Preset(
+        "xcv_swin", _swin(16, [2, 2], [2, 4], window=2, image=16, patch_size=2, drop_path_rate=0.1), "test fixture"
+    ),
     "transformer-base": Preset(
         "xcv_transformer",
         _transformer(512, 6, 8, 2048),

@@ -37,6 +37,7 @@ NOT_PATTERN_BASED = {
     "isab",
     "xl",
     "compressive",
+    "shifted_window",  # its learned relative bias and the -100 between regions are additive, not a pattern
 }
 
 

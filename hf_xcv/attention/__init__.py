@@ -21,6 +21,7 @@ from . import (  # noqa: F401
     memory_compressed,
     performer,
     routing,
+    shifted_window,
     sinkhorn,
     sparse_transformer,
     synthesizer,

@@ -12,7 +12,18 @@ from hf_xcv.conversion import convert_checkpoint
 Verifier = Callable[[str, str, float, "str | None"], float]
 
 
-def run(argv: list[str] | None, description: str, target_model_type: str, verify: Verifier, source_name: str) -> None:
+def run(
+    argv: list[str] | None,
+    description: str,
+    target_model_type: str,
+    verify: Verifier,
+    source_name: str,
+    add_arguments: Callable[[argparse.ArgumentParser], None] | None = None,
+    convert: Callable[[argparse.Namespace], list[str] | None] | None = None,
+) -> None:
+    """The converter program: parse, convert atomically, optionally verify. ``add_arguments`` adds a converter's own
+    options; ``convert(args)`` converts sources that ``convert_checkpoint`` does not read (returns the dropped keys,
+    or None to leave the source to ``convert_checkpoint``)."""
     parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--input", required=True, help=f"{source_name} checkpoint: folder or Hub repo id")
     parser.add_argument("--output", required=True, help="folder to write the hf_xcv checkpoint to")
@@ -20,10 +31,16 @@ def run(argv: list[str] | None, description: str, target_model_type: str, verify
     parser.add_argument("--overwrite", action="store_true", help="replace --output if it exists")
     parser.add_argument("--verify", action="store_true", help="compare both models' outputs after converting")
     parser.add_argument("--tolerance", type=float, default=1e-4)
+    if add_arguments is not None:
+        add_arguments(parser)
     args = parser.parse_args(argv)
     hub_kwargs = {"revision": args.revision} if args.revision else {}
     try:
-        dropped = convert_checkpoint(args.input, args.output, target_model_type, overwrite=args.overwrite, **hub_kwargs)
+        dropped = convert(args) if convert is not None else None
+        if dropped is None:
+            dropped = convert_checkpoint(
+                args.input, args.output, target_model_type, overwrite=args.overwrite, **hub_kwargs
+            )
     except (ValueError, OSError) as err:  # a bad source or output: the message says which, no traceback
         raise SystemExit(f"error: {err}") from err
     note = f" (dropped {len(dropped)} keys: {dropped})" if dropped else ""

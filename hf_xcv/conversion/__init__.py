@@ -39,6 +39,7 @@ logger = logging.getLogger(__name__)
 CONVERTERS: dict[tuple[str, str], str] = {
     ("xcv_vit", "vit"): "hf_xcv.conversion.vit",
     ("xcv_transformer", "marian"): "hf_xcv.conversion.marian",
+    ("xcv_swin", "swin"): "hf_xcv.conversion.swin",
 }
 
 

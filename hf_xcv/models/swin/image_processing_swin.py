@@ -1,0 +1,39 @@
+"""Swin image processor: the original evaluation transform (short side to 256 bicubic, centre crop 224,
+ImageNet mean/std). Pure PIL/numpy, no torchvision."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from transformers.image_utils import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, PILImageResampling
+
+from ..vit.image_processing_vit import XcvViTImageProcessor
+
+
+class XcvSwinImageProcessor(XcvViTImageProcessor):
+    """The original Swin evaluation transform by default: resize the short side to ``crop / crop_pct`` (256 for a
+    224 crop) with bicubic filtering, centre crop, rescale to [0, 1], normalise with ImageNet's mean and std.
+
+    Saved as ``"image_processor_type": "XcvSwinImageProcessor"`` (transformers has no class of that name). Takes
+    the arguments of transformers' image processors (``size``, ``crop_size``, ``resample``, ``do_center_crop``,
+    ``image_mean``, ...) and ``crop_pct``: when set, the resize target is the short side
+    ``int(crop_size / crop_pct)`` and ``size`` is derived from it. The inputs are coerced as by hf_xcv's ViT
+    processor (PIL / numpy / torch, gray and RGBA to RGB).
+    """
+
+    resample = PILImageResampling.BICUBIC
+    image_mean = IMAGENET_DEFAULT_MEAN
+    image_std = IMAGENET_DEFAULT_STD
+    size = {"shortest_edge": 256}
+    crop_size = {"height": 224, "width": 224}
+    do_center_crop = True
+
+    def __init__(self, crop_pct: float | None = None, **kwargs: Any):
+        if crop_pct is not None:
+            if isinstance(crop_pct, bool) or not isinstance(crop_pct, (int, float)) or not 0 < crop_pct <= 1:
+                raise ValueError(f"crop_pct must be a fraction in (0, 1], got {crop_pct!r}")
+            crop = kwargs.get("crop_size", self.crop_size)
+            crop = crop if isinstance(crop, dict) else {"height": crop, "width": crop}
+            kwargs["size"] = {"shortest_edge": int(min(crop["height"], crop["width"]) / crop_pct)}
+        super().__init__(**kwargs)
+        self.crop_pct = crop_pct

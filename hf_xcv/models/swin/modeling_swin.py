@@ -1,0 +1,495 @@
+"""Swin Transformer (Liu et al. 2021): patch embedding, stages of (shifted) window attention, patch merging.
+
+Reads top to bottom: Embeddings -> Layer (block) -> PatchMerging -> Stage -> Encoder -> Model ->
+ForImageClassification -> Backbone. The window attention is the registry's ``shifted_window`` entry behind
+hf_xcv's shared attention layer, so ``attention_type`` swaps it for any other core (``full``: global attention
+over each stage).
+
+Any input size works: images are padded to a multiple of the patch, each block pads its grid to a multiple of
+its window, and patch merging pads to even sides, always with zeros at the bottom and right and always
+cropped away again, as transformers' Swin and the original detection code do.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+from transformers import initialization as init
+from transformers.backbone_utils import BackboneMixin
+from transformers.modeling_layers import GradientCheckpointingLayer
+from transformers.modeling_outputs import BackboneOutput
+from transformers.utils import ModelOutput
+from transformers.utils.generic import can_return_tuple
+
+from ...attention import MultiHeadAttention
+from ...attention.shifted_window import ShiftedWindowAttention, padded_grid
+from ...layers import DropPath, Mlp, PatchEmbed, resample_patch_pos_embed, to_pair
+from ...modeling_utils import XcvPreTrainedModel
+from .configuration_swin import SWIN_ATTENTION_REQUESTS, SwinConfig
+
+
+@dataclass
+class SwinEncoderOutput(ModelOutput):
+    """``hidden_states``: the embeddings and each stage's output (after its patch merging), (B, L_i, C_i);
+    ``reshaped_hidden_states``: the same as (B, C_i, H_i, W_i); ``stage_features``: each stage's output before
+    its patch merging, (B, C_i, H_i, W_i), what the backbone returns; ``attentions``: each stage's last block's
+    attention maps (B, heads, L_i, L_i)."""
+
+    last_hidden_state: torch.Tensor | None = None
+    hidden_states: tuple[torch.Tensor, ...] | None = None
+    reshaped_hidden_states: tuple[torch.Tensor, ...] | None = None
+    stage_features: tuple[torch.Tensor, ...] | None = None
+    attentions: tuple[torch.Tensor, ...] | None = None
+
+
+@dataclass
+class SwinModelOutput(ModelOutput):
+    """``last_hidden_state`` (B, L, C) after the final LayerNorm, ``pooler_output`` (B, C) its mean over tokens;
+    the rest as :class:`SwinEncoderOutput`."""
+
+    last_hidden_state: torch.Tensor | None = None
+    pooler_output: torch.Tensor | None = None
+    hidden_states: tuple[torch.Tensor, ...] | None = None
+    attentions: tuple[torch.Tensor, ...] | None = None
+    reshaped_hidden_states: tuple[torch.Tensor, ...] | None = None
+
+
+@dataclass
+class SwinImageClassifierOutput(ModelOutput):
+    """``loss`` (when labels are given), ``logits`` (B, num_labels), and the model's hidden states and maps."""
+
+    loss: torch.Tensor | None = None
+    logits: torch.Tensor | None = None
+    hidden_states: tuple[torch.Tensor, ...] | None = None
+    attentions: tuple[torch.Tensor, ...] | None = None
+    reshaped_hidden_states: tuple[torch.Tensor, ...] | None = None
+
+
+def resample_bias_table(table: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor | None:
+    """A relative position bias table ((2W - 1)^2, heads) resampled bicubically to ``shape`` ((2W' - 1)^2, the
+    same heads) as a (2W - 1) x (2W - 1) image per head, as the original ``load_pretrained``; None when the
+    heads differ or a size is no odd square."""
+    old_side, new_side = math.isqrt(table.shape[0]), math.isqrt(shape[0])
+    if table.dim() != 2 or table.shape[1] != shape[1] or old_side**2 != table.shape[0] or new_side**2 != shape[0]:
+        return None
+    image = table.float().t().reshape(1, table.shape[1], old_side, old_side)  # (1, heads, 2W - 1, 2W - 1)
+    image = F.interpolate(image, size=(new_side, new_side), mode="bicubic", align_corners=False)
+    return image.reshape(table.shape[1], shape[0]).t().to(table.dtype)  # ((2W' - 1)^2, heads)
+
+
+def to_map(tokens: torch.Tensor, grid: tuple[int, int]) -> torch.Tensor:
+    """(B, h * w, C) -> (B, C, h, w)."""
+    return tokens.transpose(1, 2).reshape(tokens.shape[0], tokens.shape[2], *grid)
+
+
+class SwinEmbeddings(nn.Module):
+    """Patch embedding (pixels padded to a multiple of the patch), LayerNorm, optional absolute positions."""
+
+    def __init__(self, config: SwinConfig):
+        super().__init__()
+        self.patch_size = to_pair(config.patch_size)
+        self.patch_embeddings = PatchEmbed(config.patch_size, config.num_channels, config.embed_dim)
+        self.grid = self.grid_of(config)
+        self.position_embeddings = None
+        if config.use_absolute_embeddings:
+            self.position_embeddings = nn.Parameter(torch.zeros(1, self.grid[0] * self.grid[1], config.embed_dim))
+        self.norm = nn.LayerNorm(config.embed_dim)  # transformers' and the original's: default eps
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+
+    @staticmethod
+    def grid_of(config: SwinConfig) -> tuple[int, int]:
+        """The patch grid at ``config.image_size`` (a partial patch counts: the pixels are padded)."""
+        (h, w), (ph, pw) = to_pair(config.image_size), to_pair(config.patch_size)
+        return -(-h // ph), -(-w // pw)
+
+    def forward(self, pixel_values: torch.Tensor) -> tuple[torch.Tensor, tuple[int, int]]:
+        """(B, C, H, W) -> tokens (B, ceil(H/p) * ceil(W/p), embed_dim) and their grid."""
+        if pixel_values.ndim == 4 and min(pixel_values.shape[-2:]) < 1:
+            raise ValueError(f"pixel_values have an empty side: shape {tuple(pixel_values.shape)}")
+        height, width = pixel_values.shape[-2:]
+        ph, pw = self.patch_size
+        pixel_values = F.pad(pixel_values, (0, (-width) % pw, 0, (-height) % ph))  # to a multiple of the patch
+        tokens, grid = self.patch_embeddings(pixel_values)  # (B, N, C)
+        tokens = self.norm(tokens)
+        if self.position_embeddings is not None:
+            tokens = tokens + resample_patch_pos_embed(self.position_embeddings, self.grid, grid, 0)
+        return self.dropout(tokens), grid
+
+
+class SwinLayer(GradientCheckpointingLayer):
+    """One Swin block (pre-norm): x + DropPath(WindowAttention(LN(x))), then x + DropPath(MLP(LN(x)))."""
+
+    def __init__(self, config: SwinConfig, dim: int, num_heads: int, block: int, drop_path: float, backbone: bool):
+        super().__init__()
+        self.layernorm_before = nn.LayerNorm(dim, eps=config.layer_norm_eps)
+        self.attention = MultiHeadAttention(
+            dim,
+            num_heads,
+            qkv_bias=config.qkv_bias,
+            attention_type=config.attention_type,
+            attention_kwargs=config.block_attention_kwargs(block, shrink_to_grid=not backbone),
+            dropout=config.attention_probs_dropout_prob,
+            config=config,
+        )
+        self.layernorm_after = nn.LayerNorm(dim, eps=config.layer_norm_eps)
+        hidden = int(config.mlp_ratio * dim)
+        self.mlp = Mlp(dim, hidden, act=config.hidden_act, dropout=0.0, out_dropout=config.hidden_dropout_prob)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.drop_path = DropPath(drop_path)
+
+    def _padded(self, x: torch.Tensor, grid: tuple[int, int]) -> tuple[torch.Tensor, tuple[int, int]]:
+        """A windowed core's input padded with zero tokens to whole windows (the original's padding: they take part
+        in the attention of the windows they fill); any other core's as it is."""
+        core = self.attention.core
+        if not isinstance(core, ShiftedWindowAttention):
+            return x, grid
+        window, _ = core.window_and_shift(grid)
+        padded = padded_grid(grid, window)
+        if padded == tuple(grid):
+            return x, grid
+        batch, _, channels = x.shape
+        x = F.pad(x.view(batch, *grid, channels), (0, 0, 0, padded[1] - grid[1], 0, padded[0] - grid[0]))
+        return x.view(batch, padded[0] * padded[1], channels), padded
+
+    def forward(
+        self, hidden_states: torch.Tensor, grid: tuple[int, int], output_attentions: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        batch, length, channels = hidden_states.shape
+        normed, padded = self._padded(self.layernorm_before(hidden_states), grid)
+        attended, weights, _ = self.attention(normed, grid=padded, output_attentions=output_attentions)
+        if padded != tuple(grid):  # crop the padding away again
+            attended = attended.view(batch, *padded, channels)[:, : grid[0], : grid[1]].reshape(batch, length, channels)
+            if weights is not None:
+                real = (torch.arange(grid[0])[:, None] * padded[1] + torch.arange(grid[1])).flatten()
+                weights = weights[:, :, real][:, :, :, real]
+        hidden_states = hidden_states + self.drop_path(self.dropout(attended))
+        hidden_states = hidden_states + self.drop_path(self.mlp(self.layernorm_after(hidden_states)))
+        return hidden_states, weights
+
+
+class SwinPatchMerging(nn.Module):
+    """2x2 neighbourhoods concatenated (x[0::2, 0::2], x[1::2, 0::2], x[0::2, 1::2], x[1::2, 1::2]), LayerNorm,
+    Linear 4C -> 2C; an odd side is padded with zeros first."""
+
+    def __init__(self, dim: int):
+        super().__init__()
+        self.reduction = nn.Linear(4 * dim, 2 * dim, bias=False)
+        self.norm = nn.LayerNorm(4 * dim)
+
+    def forward(self, hidden_states: torch.Tensor, grid: tuple[int, int]) -> tuple[torch.Tensor, tuple[int, int]]:
+        batch, _, channels = hidden_states.shape
+        x = hidden_states.view(batch, *grid, channels)
+        x = F.pad(x, (0, 0, 0, grid[1] % 2, 0, grid[0] % 2))  # (B, even h, even w, C)
+        x = torch.cat([x[:, 0::2, 0::2], x[:, 1::2, 0::2], x[:, 0::2, 1::2], x[:, 1::2, 1::2]], dim=-1)
+        merged = (x.shape[1], x.shape[2])
+        x = x.reshape(batch, merged[0] * merged[1], 4 * channels)  # (B, h/2 * w/2, 4C)
+        return self.reduction(self.norm(x)), merged
+
+
+class SwinStage(nn.Module):
+    """``depth`` blocks at one width, then (except in the last stage) patch merging."""
+
+    def __init__(self, config: SwinConfig, stage: int, drop_paths: list[float], backbone: bool):
+        super().__init__()
+        dim, heads = config.stage_width(stage), config.num_heads[stage]
+        self.blocks = nn.ModuleList(
+            [SwinLayer(config, dim, heads, block, rate, backbone) for block, rate in enumerate(drop_paths)]
+        )
+        self.downsample = SwinPatchMerging(dim) if stage < len(config.depths) - 1 else None
+
+    def forward(
+        self, hidden_states: torch.Tensor, grid: tuple[int, int], output_attentions: bool = False
+    ) -> tuple[torch.Tensor, tuple[int, int], torch.Tensor, torch.Tensor | None]:
+        """Returns the output, its grid, the features before merging (B, L, C) and the last block's maps."""
+        weights = None
+        for block in self.blocks:
+            hidden_states, weights = block(hidden_states, grid, output_attentions)
+        features = hidden_states
+        if self.downsample is not None:
+            hidden_states, grid = self.downsample(hidden_states, grid)
+        return hidden_states, grid, features, weights
+
+
+class SwinEncoder(nn.Module):
+    def __init__(self, config: SwinConfig, backbone: bool = False):
+        super().__init__()
+        total = sum(config.depths)
+        rates = [config.drop_path_rate * i / max(total - 1, 1) for i in range(total)]  # linear over all blocks
+        starts = [sum(config.depths[:i]) for i in range(len(config.depths))]
+        self.layers = nn.ModuleList(
+            [
+                SwinStage(config, stage, rates[start : start + depth], backbone)
+                for stage, (start, depth) in enumerate(zip(starts, config.depths))
+            ]
+        )
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        grid: tuple[int, int],
+        output_attentions: bool = False,
+        output_hidden_states: bool = False,
+        output_stage_features: bool = False,
+    ) -> SwinEncoderOutput:
+        hidden, reshaped = ([hidden_states], [to_map(hidden_states, grid)]) if output_hidden_states else (None, None)
+        features = [to_map(hidden_states, grid)] if output_stage_features else None
+        all_weights = [] if output_attentions else None
+        for stage in self.layers:
+            stage_grid = grid
+            hidden_states, grid, before, weights = stage(hidden_states, grid, output_attentions)
+            if output_hidden_states:
+                hidden.append(hidden_states)
+                reshaped.append(to_map(hidden_states, grid))
+            if output_stage_features:
+                features.append(to_map(before, stage_grid))
+            if output_attentions:
+                all_weights.append(weights)
+        return SwinEncoderOutput(
+            last_hidden_state=hidden_states,
+            hidden_states=tuple(hidden) if hidden is not None else None,
+            reshaped_hidden_states=tuple(reshaped) if reshaped is not None else None,
+            stage_features=tuple(features) if features is not None else None,
+            attentions=tuple(all_weights) if all_weights is not None else None,
+        )
+
+
+class SwinPreTrainedModel(XcvPreTrainedModel):
+    config_class = SwinConfig
+    config: SwinConfig
+    base_model_prefix = "swin"
+    main_input_name = "pixel_values"
+    input_modalities = ("image",)
+    supports_gradient_checkpointing = True
+    _no_split_modules = ["SwinEmbeddings", "SwinLayer", "SwinPatchMerging"]
+    _supports_sdpa = True
+    _supports_attention_backend = True
+    _task_head_modules = ("classifier",)
+    attention_requests = SWIN_ATTENTION_REQUESTS
+    attention_role = "a Swin stage"
+    # Fine-tuning at another window or resolution resamples these (as the original load_pretrained does).
+    _resampled_weights = (r".*relative_position_bias_table", r"(swin\.)?embeddings\.position_embeddings")
+
+    def resample_weight(self, key: str, tensor: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor | None:
+        """A bias table ((2W - 1)^2, heads) resampled bicubically to another window, or square absolute positions
+        (1, n * n, C) to the model's grid; None for anything else (another head count, ...)."""
+        if key.endswith("relative_position_bias_table"):
+            return resample_bias_table(tensor, shape)
+        if tensor.dim() == 3 and tensor.shape[0] == 1 and tensor.shape[2] == shape[2]:
+            side = math.isqrt(tensor.shape[1])
+            if side * side != tensor.shape[1]:
+                return None
+            grid = SwinEmbeddings.grid_of(self.config)
+            return resample_patch_pos_embed(tensor, (side, side), grid, 0)
+        return None
+
+    def _init_weights(self, module: nn.Module) -> None:
+        """The original initialisation: truncated normal (std ``initializer_range``) for Linear weights and the
+        absolute positions, zero biases, unit LayerNorms; the patch embedding keeps PyTorch's conv init; the
+        relative position bias tables start from a truncated normal of std 0.02 (their core builds them so)."""
+        std = self.config.initializer_range
+        if isinstance(module, nn.Linear):
+            init.trunc_normal_(module.weight, mean=0.0, std=std)
+            if module.bias is not None:
+                init.zeros_(module.bias)
+        elif isinstance(module, nn.LayerNorm):
+            init.ones_(module.weight)
+            init.zeros_(module.bias)
+        elif isinstance(module, SwinEmbeddings) and module.position_embeddings is not None:
+            init.trunc_normal_(module.position_embeddings, mean=0.0, std=std)
+
+    def _pixels(self, pixel_values: torch.Tensor | None) -> torch.Tensor:
+        """``pixel_values`` checked (a 4-D tensor with the model's channels) and cast to the weights' dtype."""
+        if pixel_values is None:
+            raise ValueError("pixel_values is required")
+        if not isinstance(pixel_values, torch.Tensor):
+            raise ValueError(f"pixel_values must be a torch.Tensor, got {type(pixel_values).__name__}")
+        if pixel_values.ndim != 4:
+            raise ValueError(
+                f"pixel_values must have shape (batch, channels, height, width), got {tuple(pixel_values.shape)}"
+            )
+        if pixel_values.shape[1] != self.config.num_channels:
+            raise ValueError(
+                f"pixel_values have {pixel_values.shape[1]} channels but the model expects "
+                f"num_channels={self.config.num_channels}"
+            )
+        dtype = next(self.parameters()).dtype
+        return pixel_values.to(dtype) if pixel_values.dtype != dtype else pixel_values
+
+
+class SwinModel(SwinPreTrainedModel):
+    """The bare Swin: ``last_hidden_state`` after the final LayerNorm and its mean over tokens."""
+
+    def __init__(self, config: SwinConfig, add_pooling_layer: bool = True, backbone: bool = False):
+        super().__init__(config)
+        self.num_features = config.hidden_size
+        self.embeddings = SwinEmbeddings(config)
+        self.encoder = SwinEncoder(config, backbone)
+        # A backbone normalises each of its feature maps instead (its own norms) and has no final norm.
+        self.layernorm = None if backbone else nn.LayerNorm(self.num_features, eps=config.layer_norm_eps)
+        self.add_pooling_layer = add_pooling_layer
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Module:
+        return self.embeddings.patch_embeddings
+
+    @can_return_tuple
+    def forward(
+        self,
+        pixel_values: torch.Tensor | None = None,
+        interpolate_pos_encoding: bool | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+        **kwargs: Any,
+    ) -> SwinModelOutput:
+        r"""
+        Args:
+            pixel_values: (batch, num_channels, height, width) images of any size, as the image processor makes
+                them.
+            interpolate_pos_encoding: accepted for transformers' signature; absolute position embeddings (when
+                used) are always resampled to the input's grid.
+
+        Returns:
+            last_hidden_state (batch, tokens of the last stage, hidden_size), pooler_output (batch, hidden_size),
+            hidden_states / reshaped_hidden_states (embeddings + one per stage), attentions (one per stage).
+        """
+        self.take_kwargs(kwargs)
+        output_attentions, output_hidden_states = self._resolve_outputs(output_attentions, output_hidden_states)
+        hidden_states, grid = self.embeddings(self._pixels(pixel_values))
+        encoded = self.encoder(hidden_states, grid, output_attentions, output_hidden_states)
+        sequence_output = self.layernorm(encoded.last_hidden_state)
+        return SwinModelOutput(
+            last_hidden_state=sequence_output,
+            pooler_output=sequence_output.mean(dim=1) if self.add_pooling_layer else None,  # (B, C)
+            hidden_states=encoded.hidden_states,
+            attentions=encoded.attentions,
+            reshaped_hidden_states=encoded.reshaped_hidden_states,
+        )
+
+
+class SwinForImageClassification(SwinPreTrainedModel):
+    """Swin with a linear classifier on the mean of the last stage's tokens.
+
+    The loss follows ``config.problem_type`` as in transformers: cross-entropy for integer labels, binary
+    cross-entropy for multi-hot float labels, MSE when ``num_labels == 1``.
+    """
+
+    _is_task_model = True
+    _honoured_kwargs = frozenset({"num_items_in_batch"})  # Trainer's loss normalisation
+
+    def __init__(self, config: SwinConfig):
+        super().__init__(config)
+        self.num_labels = config.num_labels
+        self.swin = SwinModel(config)
+        self.classifier = nn.Linear(config.hidden_size, config.num_labels) if config.num_labels > 0 else nn.Identity()
+        self.post_init()
+
+    @can_return_tuple
+    def forward(
+        self,
+        pixel_values: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        interpolate_pos_encoding: bool | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+        **kwargs: Any,
+    ) -> SwinImageClassifierOutput:
+        r"""
+        Args:
+            labels: (batch,) class indices, (batch, num_labels) multi-hot floats, or (batch,) regression targets.
+            kwargs: ``num_items_in_batch`` (from Trainer) normalises the loss over gradient accumulation; any
+                other key is refused.
+
+        Returns:
+            loss (when labels are given), logits (batch, num_labels), hidden_states, attentions,
+            reshaped_hidden_states.
+        """
+        loss_kwargs = self.take_kwargs(kwargs)
+        outputs = self.swin(
+            pixel_values,
+            output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
+            return_dict=True,
+        )
+        logits = self.classifier(outputs.pooler_output)  # (B, num_labels)
+        loss = None
+        if labels is not None:
+            loss = self.loss_function(labels, logits, self.config, **loss_kwargs)
+        return SwinImageClassifierOutput(
+            loss=loss,
+            logits=logits,
+            hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
+            reshaped_hidden_states=outputs.reshaped_hidden_states,
+        )
+
+
+class SwinBackbone(BackboneMixin, SwinPreTrainedModel):
+    """Swin as a dense-prediction backbone on transformers' backbone API: the feature maps (B, C_i, H_i, W_i) of
+    ``config.out_features`` (``stem`` at stride 4 and ``stage1``..``stage4`` at strides 4, 8, 16, 32 before their
+    patch merging), each through its own LayerNorm. As the original detection code (and transformers'
+    backbone), every block keeps its window and shift at every input size."""
+
+    # A classifier's or a bare model's final norm, which the backbone has no use for (as transformers' backbone).
+    _keys_to_ignore_on_load_unexpected = [r"(swin\.)?layernorm\..*"]
+
+    def __init__(self, config: SwinConfig):
+        super().__init__(config)
+        self.num_features = [config.embed_dim] + [config.stage_width(i) for i in range(len(config.depths))]
+        self.swin = SwinModel(config, add_pooling_layer=False, backbone=True)
+        self.hidden_states_norms = nn.ModuleDict(
+            {stage: nn.LayerNorm(channels) for stage, channels in zip(self.out_features, self.channels)}
+        )
+        self.post_init()
+
+    @property
+    def strides(self) -> list[int]:
+        """The stride in pixels of each of ``out_features``."""
+        patch = to_pair(self.config.patch_size)[0]
+        return [patch * 2 ** max(self.config.stage_names.index(name) - 1, 0) for name in self.out_features]
+
+    @can_return_tuple
+    def forward(
+        self,
+        pixel_values: torch.Tensor | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+        **kwargs: Any,
+    ) -> BackboneOutput:
+        r"""
+        Returns:
+            feature_maps (one (batch, C_i, H_i, W_i) tensor per out_feature), hidden_states (every stage's map
+            before merging, the stem first, when asked), attentions (one per stage).
+        """
+        self.take_kwargs(kwargs)
+        output_attentions, output_hidden_states = self._resolve_outputs(output_attentions, output_hidden_states)
+        hidden_states, grid = self.swin.embeddings(self._pixels(pixel_values))
+        encoded = self.swin.encoder(hidden_states, grid, output_attentions, output_stage_features=True)
+        feature_maps = []
+        for stage, features in zip(self.stage_names, encoded.stage_features):
+            if stage in self.out_features:
+                normed = self.hidden_states_norms[stage](features.permute(0, 2, 3, 1))  # (B, h, w, C)
+                feature_maps.append(normed.permute(0, 3, 1, 2).contiguous())
+        return BackboneOutput(
+            feature_maps=tuple(feature_maps),
+            hidden_states=encoded.stage_features if output_hidden_states else None,
+            attentions=encoded.attentions,
+        )
+
+
+def swin_dummy_inputs(model: SwinPreTrainedModel, *, batch: int = 2, labels: bool = True, padded: bool = True) -> dict:
+    """Random images of the model's size (and class labels for the classifier): what the registry-driven tests
+    feed every Swin model. ``padded`` means nothing to images."""
+    config = model.config
+    generator = torch.Generator().manual_seed(0)
+    inputs = {"pixel_values": torch.randn(batch, config.num_channels, *to_pair(config.image_size), generator=generator)}
+    if labels and isinstance(model, SwinForImageClassification):
+        inputs["labels"] = torch.randint(0, config.num_labels, (batch,), generator=generator)
+    return inputs
