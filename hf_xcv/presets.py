@@ -102,10 +102,10 @@ PRESETS: dict[str, Preset] = {
         f"{_SWIN_PAPER}: top-1 84.5 (384x384)",
         "87.9M",
     ),
-    # The demo model: trains on the built-in digits (upsampled to 32x32, 2x2 patches) in minutes on 2 CPU cores.
+    # The demo model: trains on the built-in digits (upsampled to 16x16, 2x2 patches: an 8x8 grid of 4x4 windows) in minutes on 2 CPU cores.
     "swin-digits": Preset(
         "xcv_swin",
-        _swin(32, [2, 2], [2, 4], window=4, image=32, patch_size=2, drop_path_rate=0.1),
+        _swin(64, [2, 4], [4, 8], window=4, image=16, patch_size=2, drop_path_rate=0.1),
         "hf_xcv demo on scikit-learn's digits (see README for the measured accuracy)",
     ),
     "swin-test-tiny": Preset(

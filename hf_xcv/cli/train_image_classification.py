@@ -1,7 +1,8 @@
 #!/usr/bin/env python
-"""Train an hf_xcv image classifier with accelerate: one CPU, several processes, or several GPUs.
+"""Train an hf_xcv image classifier (ViT or Swin) with accelerate: one CPU, several processes, or several GPUs.
 
     hf-xcv-train image-classification --output_dir runs/digits        (or python -m hf_xcv.train ...)
+    hf-xcv-train image-classification --preset swin-digits --output_dir runs/swin-digits
     accelerate launch --multi_gpu --num_processes 2 -m hf_xcv.train image-classification --output_dir runs/ddp
     torchrun --nproc_per_node 2 -m hf_xcv.train image-classification --output_dir runs/ddp
 
@@ -29,6 +30,7 @@ from torch.utils.data import DataLoader
 from transformers import AutoImageProcessor, HfArgumentParser
 
 import hf_xcv
+import hf_xcv.conversion
 from hf_xcv.configuration_utils import check_known_fields
 from hf_xcv.data import (
     ImageClassificationCollator,
@@ -39,7 +41,7 @@ from hf_xcv.data import (
 )
 from hf_xcv.layers import to_pair
 from hf_xcv.metrics import Accuracy, TopKAccuracy
-from hf_xcv.training import TEMPLATES, MeasuredResult, TrainerState, build_model_card, runner
+from hf_xcv.training import TEMPLATES, MeasuredResult, TrainerState, build_model_card, parameter_groups, runner
 from hf_xcv.training.model_card import dataset_label, hub_id
 
 TEMPLATE = TEMPLATES / "image_classification.md"
@@ -49,10 +51,14 @@ TEMPLATE = TEMPLATES / "image_classification.md"
 class ModelArguments:
     preset: str | None = field(
         default=None,
-        metadata={"help": "named configuration from hf_xcv.PRESETS; vit-digits without it and --model_name_or_path"},
+        metadata={
+            "help": "named configuration from hf_xcv.PRESETS (a ViT or Swin one); vit-digits without it and "
+            "--model_name_or_path"
+        },
     )
     model_name_or_path: str | None = field(
-        default=None, metadata={"help": "fine-tune this checkpoint (hf_xcv or transformers ViT) instead of a preset"}
+        default=None,
+        metadata={"help": "fine-tune this checkpoint (hf_xcv, or transformers ViT / Swin) instead of a preset"},
     )
     attention_type: str | None = field(default=None, metadata={"help": "override the attention_type"})
     config_overrides: str | None = field(
@@ -109,8 +115,35 @@ def load_data(args: DataArguments, seed: int) -> DatasetDict:
     return encode_labels(data, args.label_column)  # one id per class over all splits
 
 
+# The model types this script trains (those with an image classifier), and the source types converted on load.
+def classifier_types() -> dict[str, Any]:
+    """model_type (hf_xcv's and the converted sources') -> the hf_xcv ModelEntry with an image classifier."""
+    from hf_xcv.auto import MODEL_TYPES
+    from hf_xcv.conversion import CONVERTERS
+
+    entries = {t: e for t, e in MODEL_TYPES.items() if "AutoModelForImageClassification" in e.heads}
+    sources = {source: entries[target] for target, source in CONVERTERS if target in entries}
+    return {**entries, **sources}
+
+
+def family_of(args: ModelArguments) -> Any:
+    """The ModelEntry of the model to train: the preset's, or the checkpoint's (hf_xcv or convertible)."""
+    entries = classifier_types()
+    if args.model_name_or_path:
+        model_type = hf_xcv.conversion.load_config_dict(args.model_name_or_path).get("model_type")
+        where = args.model_name_or_path
+    else:
+        model_type = hf_xcv.PRESETS[args.preset].model_type if args.preset in hf_xcv.PRESETS else "xcv_vit"
+        where = f"preset {args.preset!r}"
+    if model_type not in entries:
+        raise ValueError(f"{where} is a {model_type!r} model; this script trains {sorted(entries)}")
+    return entries[model_type]
+
+
 def build_model_and_processor(args: ModelArguments, labels: list[str]) -> tuple[torch.nn.Module, Any]:
     """A fresh model from a preset, or a checkpoint with a new head for ``labels``; and its processor."""
+    if args.model_name_or_path and args.preset:
+        raise ValueError("pass either --preset or --model_name_or_path, not both")
     id2label = dict(enumerate(labels))
     overrides: dict[str, Any] = {
         "num_labels": len(labels),
@@ -120,23 +153,23 @@ def build_model_and_processor(args: ModelArguments, labels: list[str]) -> tuple[
     if args.attention_type:
         overrides["attention_type"] = args.attention_type
     overrides.update(runner.parse_overrides(args.config_overrides))
-    check_known_fields(hf_xcv.ViTConfig, overrides)
+    if args.preset and args.preset not in hf_xcv.PRESETS:
+        hf_xcv.preset_config(args.preset)  # the unknown-preset error, listing the presets
+    entry = family_of(args)
+    check_known_fields(entry.config, overrides)
+    classifier = entry.heads["AutoModelForImageClassification"]
     if args.model_name_or_path:
-        if args.preset:
-            raise ValueError("pass either --preset or --model_name_or_path, not both")
         processor = AutoImageProcessor.from_pretrained(args.model_name_or_path)
-        model = hf_xcv.ViTForImageClassification.from_pretrained(
+        model = classifier.from_pretrained(
             args.model_name_or_path,
             ignore_mismatched_sizes=True,  # only the task head may be re-initialised (checked on load)
             attn_implementation=args.attn_implementation,
             **overrides,
         )
         return model, processor
-    config = hf_xcv.preset_config(args.preset or "vit-digits", hf_xcv.ViTConfig.model_type, **overrides)
+    config = hf_xcv.preset_config(args.preset or "vit-digits", entry.model_type, **overrides)
     config._attn_implementation = args.attn_implementation
-    size = to_pair(config.image_size)
-    processor = hf_xcv.XcvViTImageProcessor(size={"height": size[0], "width": size[1]})
-    return hf_xcv.ViTForImageClassification(config), processor
+    return classifier(config), entry.image_processor.for_image_size(to_pair(config.image_size))
 
 
 def build_dataloaders(
@@ -153,13 +186,8 @@ def build_dataloaders(
 def build_optimizer(
     model: torch.nn.Module, args: TrainArguments, total_steps: int
 ) -> tuple[torch.optim.Optimizer, Any]:
-    """AdamW without decay on biases, norms, [CLS] and positions; warm-up + schedule."""
-    decay, no_decay = [], []
-    for name, param in model.named_parameters():
-        skip = param.ndim <= 1 or name.endswith(("cls_token", "position_embeddings"))
-        (no_decay if skip else decay).append(param)
-    groups = [{"params": decay, "weight_decay": args.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-    optimizer = torch.optim.AdamW(groups, lr=args.learning_rate)
+    """AdamW without decay on biases, norms, [CLS], positions and relative bias tables; warm-up + schedule."""
+    optimizer = torch.optim.AdamW(parameter_groups(model, args.weight_decay), lr=args.learning_rate)
     warmup_steps = int(args.warmup_ratio * total_steps)
     return optimizer, runner.build_scheduler(optimizer, args.lr_scheduler_type, warmup_steps, total_steps)
 

@@ -37,3 +37,8 @@ class XcvSwinImageProcessor(XcvViTImageProcessor):
             kwargs["size"] = {"shortest_edge": int(min(crop["height"], crop["width"]) / crop_pct)}
         super().__init__(**kwargs)
         self.crop_pct = crop_pct
+
+    @classmethod
+    def for_image_size(cls, size: tuple[int, int]) -> XcvSwinImageProcessor:
+        """The evaluation transform at another resolution: the short side to ``size / 0.875``, centre crop ``size``."""
+        return cls(crop_size={"height": size[0], "width": size[1]}, crop_pct=224 / 256)

@@ -43,6 +43,11 @@ class XcvViTImageProcessor(PilBackend):
     do_normalize = True
     do_convert_rgb = True
 
+    @classmethod
+    def for_image_size(cls, size: tuple[int, int]) -> XcvViTImageProcessor:
+        """The processor a model trained from scratch at ``size`` (height, width) uses: a direct resize."""
+        return cls(size={"height": size[0], "width": size[1]})
+
     def preprocess(self, images: Any, *args: Any, **kwargs: Any) -> BatchFeature:
         to_rgb = kwargs.pop("do_convert_rgb", None)
         to_rgb = self.do_convert_rgb if to_rgb is None else to_rgb
