@@ -102,7 +102,7 @@ PRESETS: dict[str, Preset] = {
         f"{_SWIN_PAPER}: top-1 84.5 (384x384)",
         "87.9M",
     ),
-    # The demo model: trains on the built-in digits (upsampled to 16x16, 2x2 patches: an 8x8 grid of 4x4 windows) in minutes on 2 CPU cores.
+    # The demo model: trains on the built-in digits (16x16, 2x2 patches: an 8x8 grid of 4x4 windows) in minutes.
     "swin-digits": Preset(
         "xcv_swin",
         _swin(64, [2, 4], [4, 8], window=4, image=16, patch_size=2, drop_path_rate=0.1),

@@ -305,7 +305,7 @@ def test_the_processor_is_the_original_evaluation_transform():
         ({"window_size": 0}, "window_size must be an integer >= 1"),
         ({"depths": []}, "depths must be a non-empty list"),
         ({"drop_path_rate": 1.0}, "drop_path_rate must be a probability"),
-        ({"attention_kwargs": {"window_size": 5}}, r"attention_kwargs \['window_size'\] are set by each Swin stage"),
+        ({"attention_kwargs": {"window_size": 5}}, r"attention_kwargs \['window_size'\] are set by each Swin block"),
         ({"attention_type": "xl"}, "attention_type='xl' cannot serve a Swin stage"),
     ],
 )

@@ -72,61 +72,78 @@ def region_bias(grid: tuple[int, int], window: int, shift: int, device=None) -> 
         index = torch.arange(size, device=device)
         bands.append((index >= size - window).long() + (index >= size - shift).long())  # 0, 1 or 2
     regions = bands[0][:, None] * 3 + bands[1][None, :]  # (Hp, Wp)
-    regions = partition(regions[None, None, :, :, None], window)[0, 0, :, :, 0]  # (windows, N)
+    regions = partition(regions[None], window)[0]  # (windows, N)
     different = regions[:, :, None] != regions[:, None, :]  # (windows, N, N)
     return different.to(torch.float32) * REGION_BIAS
 
 
 def partition(x: torch.Tensor, window: int) -> torch.Tensor:
-    """(B, H, Hp, Wp, D) -> (B, H, windows, window^2, D), windows in row-major order, tokens row-major inside."""
-    batch, heads, height, width, dim = x.shape
-    x = x.view(batch, heads, height // window, window, width // window, window, dim)
-    return x.permute(0, 1, 2, 4, 3, 5, 6).reshape(batch, heads, -1, window * window, dim)
-
-
-def unpartition(x: torch.Tensor, window: int, grid: tuple[int, int]) -> torch.Tensor:
-    """The inverse of :func:`partition`: (B, H, windows, window^2, D) -> (B, H, Hp, Wp, D)."""
-    batch, heads, _, _, dim = x.shape
-    x = x.view(batch, heads, grid[0] // window, grid[1] // window, window, window, dim)
-    return x.permute(0, 1, 2, 4, 3, 5, 6).reshape(batch, heads, grid[0], grid[1], dim)
+    """(B, Hp, Wp, ...) -> (B, windows, window^2, ...): windows in row-major order, tokens row-major inside."""
+    batch, height, width, *rest = x.shape
+    x = x.reshape(batch, height // window, window, width // window, window, *rest)
+    x = x.transpose(2, 3)  # (B, nh, nw, W, W, ...)
+    return x.reshape(batch, (height // window) * (width // window), window * window, *rest)
 
 
 class _Windows:
-    """Where the tokens of a grid land in shifted windows: ``index`` (windows, N) holds the token index (after
-    the prefix tokens) of each window slot, ``length`` (the token count) for padding slots."""
+    """Where the tokens of a grid land in (shifted) windows, and the gathers that move them there and back.
+
+    ``index`` (windows, N) holds the token index (prefix tokens first) of every window slot after padding to whole
+    windows and rolling by (-shift, -shift); padding slots hold ``length``, a zero row appended to the tokens.
+    :meth:`split` moves q, k or v into windows, (B * windows, H, N, D), as transformers' Swin lays them out, and
+    :meth:`merge` moves the attended values back; the index places masks, biases and maps.
+    """
 
     def __init__(self, grid: tuple[int, int], window: int, shift: int, prefix: int, device):
         self.grid, self.window, self.shift, self.prefix = grid, window, shift, prefix
         self.padded = padded_grid(grid, window)
         self.length = prefix + grid[0] * grid[1]
-        tokens = torch.arange(prefix, self.length, device=device).view(1, 1, *grid, 1)
-        self.index = partition(self.to_padded(tokens, self.length), window)[0, 0, :, :, 0]  # (windows, N)
         self.has_padding = self.padded != tuple(grid)
-
-    def to_padded(self, x: torch.Tensor, fill: float = 0.0) -> torch.Tensor:
-        """(B, H, h, w, D) -> the padded, rolled grid (B, H, Hp, Wp, D)."""
-        pad_h, pad_w = self.padded[0] - self.grid[0], self.padded[1] - self.grid[1]
-        if pad_h or pad_w:
-            x = F.pad(x, (0, 0, 0, pad_w, 0, pad_h), value=fill)
-        return torch.roll(x, (-self.shift, -self.shift), dims=(2, 3)) if self.shift else x
+        # One window holding the whole grid, in token order: q, k, v and biases need no moving at all.
+        self.identity = prefix == 0 and shift == 0 and tuple(grid) == (window, window)
+        tokens = torch.arange(prefix, self.length, device=device).view(1, *grid)
+        pad_h, pad_w = self.padded[0] - grid[0], self.padded[1] - grid[1]
+        tokens = F.pad(tokens, (0, pad_w, 0, pad_h), value=self.length)
+        if shift:
+            tokens = torch.roll(tokens, (-shift, -shift), dims=(1, 2))
+        self.index = partition(tokens, window)[0]  # (windows, N)
+        self.count = self.index.shape[0]
+        self.regions = region_bias(self.padded, window, shift, device)  # (windows, N, N) or None
+        slots = self.index.flatten()
+        real = torch.nonzero(slots < self.length).flatten()
+        self.slot_of_token = torch.empty(grid[0] * grid[1], dtype=torch.long, device=device)
+        self.slot_of_token[slots[real] - prefix] = real
 
     def split(self, x: torch.Tensor) -> torch.Tensor:
-        """(B, H, prefix + h * w, D) -> the grid tokens in windows (B, H, windows, N, D)."""
-        batch, heads, _, dim = x.shape
-        return partition(self.to_padded(x[:, :, self.prefix :].reshape(batch, heads, *self.grid, dim)), self.window)
+        """(B, H, prefix + h * w, D) -> the grid tokens in windows (B * windows, H, N, D), padding slots zero. One
+        ``index_select`` over the tokens (pad, roll and cut at once; its backward is an ``index_add``)."""
+        if self.identity:
+            return x
+        tokens = x.transpose(1, 2)  # (B, L, H, D): contiguous when x is a layer's heads view
+        if self.has_padding:
+            tokens = F.pad(tokens, (0, 0, 0, 0, 0, 1))  # the zero row that padding slots read
+        slots = tokens.index_select(1, self.index.flatten())  # (B, windows * N, H, D)
+        batch, _, heads, dim = slots.shape
+        return slots.view(batch * self.count, self.window**2, heads, dim).transpose(1, 2)
 
-    def merge(self, windows: torch.Tensor) -> torch.Tensor:
-        """(B, H, windows, N, D) -> the grid tokens (B, H, h * w, D) in token order."""
-        x = unpartition(windows, self.window, self.padded)
-        if self.shift:
-            x = torch.roll(x, (self.shift, self.shift), dims=(2, 3))
-        x = x[:, :, : self.grid[0], : self.grid[1]]
-        return x.reshape(x.shape[0], x.shape[1], self.grid[0] * self.grid[1], x.shape[-1])
+    def merge(self, windows: torch.Tensor, batch: int) -> torch.Tensor:
+        """(B * windows, H, N, D) -> the grid tokens (B, h * w, H, D) in token order."""
+        if self.identity:
+            return windows.transpose(1, 2)
+        heads, dim = windows.shape[1], windows.shape[3]
+        slots = windows.transpose(1, 2).reshape(batch, self.count * self.window**2, heads, dim)
+        return slots.index_select(1, self.slot_of_token)
 
     def key_index(self) -> torch.Tensor:
         """(windows, N + prefix): the token index of every key a window scores (its slots, then the prefix)."""
-        prefix = torch.arange(self.prefix, device=self.index.device).expand(self.index.shape[0], self.prefix)
+        prefix = torch.arange(self.prefix, device=self.index.device).expand(self.count, self.prefix)
         return torch.cat([self.index, prefix], dim=1)
+
+    def per_window(self, x: torch.Tensor | None, batch: int) -> torch.Tensor | None:
+        """(B or 1, windows or 1, H or 1, N, K) -> a 4-D tensor that broadcasts to (B * windows, H, N, K)."""
+        if x is None or (x.shape[0] == 1 and x.shape[1] == 1):
+            return None if x is None else x[0]
+        return x.expand(batch, self.count, *x.shape[2:]).reshape(batch * self.count, *x.shape[2:])
 
 
 @register_attention
@@ -168,6 +185,8 @@ class ShiftedWindowAttention(AttentionCore):
                 f"{shift_size}"
             )
         self.shrink_to_grid = check_bool(self.name, "shrink_to_grid", shrink_to_grid)
+        # Window layouts and table indices by grid (small integer tensors; rebuilt while tracing, never cached there).
+        self._layouts: dict[tuple, Any] = {}
         self.relative_position_bias_table = nn.Parameter(torch.empty((2 * window_size - 1) ** 2, num_heads))
         init.trunc_normal_(self.relative_position_bias_table, std=0.02)
 
@@ -191,62 +210,76 @@ class ShiftedWindowAttention(AttentionCore):
             problems.append(f"its keys must be the query tokens themselves, got {q_len} queries and {kv_len} keys")
         return problems
 
+    def _cached(self, key: tuple, build: Any) -> Any:
+        """``build()``, kept per ``key`` in eager calls (a traced graph builds its own constants)."""
+        if torch.compiler.is_compiling():
+            return build()
+        if key not in self._layouts:
+            self._layouts[key] = build()
+        return self._layouts[key]
+
+    def windows(self, grid: tuple[int, int], prefix: int, device: torch.device) -> _Windows:
+        """Where the tokens of ``grid`` go in this core's windows."""
+        window, shift = self.window_and_shift(grid)
+        return self._cached(("windows", grid, prefix, device), lambda: _Windows(grid, window, shift, prefix, device))
+
     def window_bias(self, window: int) -> torch.Tensor:
         """(heads, N, N) relative position bias of a ``window`` x ``window`` window."""
-        index = relative_position_index(window, self.window_size, self.relative_position_bias_table.device)
-        return self.relative_position_bias_table[index].permute(2, 0, 1)  # (H, N, N)
+        table = self.relative_position_bias_table
+        index = self._cached(
+            ("index", window, table.device), lambda: relative_position_index(window, self.window_size, table.device)
+        )
+        return table[index].permute(2, 0, 1).contiguous()  # (H, N, N); contiguous, so sums with it are too
 
     def _bias_and_keep(
-        self, windows: _Windows, call: AttentionCall, dtype: torch.dtype
+        self, windows: _Windows, call: AttentionCall, batch: int, dtype: torch.dtype
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """The additive bias (B or 1, H, windows, N, N + prefix) and the boolean keep (B or 1, 1, windows, 1,
-        N + prefix) of every window's scores, or None when every key is kept."""
+        """The additive bias and the boolean keep (or None when every key is kept) of every window's scores, each
+        broadcastable to (B * windows, H, N, N + prefix)."""
         keys = windows.key_index()  # (windows, N + P)
-        bias = self.window_bias(windows.window).to(dtype)[:, None]  # (H, 1, N, N)
-        regions = region_bias(windows.padded, windows.window, windows.shift, bias.device)
+        bias = self.window_bias(windows.window).to(dtype)[None, None]  # (1, 1, H, N, N)
+        regions = windows.regions
         if regions is not None:
-            bias = bias + regions.to(dtype)  # (H, windows, N, N)
+            bias = bias + regions.to(dtype)[None, :, None]  # (1, windows, H, N, N)
         if windows.prefix:
             bias = F.pad(bias, (0, windows.prefix))  # no relative bias towards prefix keys
-        bias = bias[None]  # (1, H, windows or 1, N, N + P)
-        if call.bias is not None:
-            bias = bias + bias_at(call.bias, windows.index[:, :, None], keys[:, None, :]).to(dtype)
+        if call.bias is not None and windows.identity:  # (B', H', N, N), already in window order
+            bias = bias + call.bias.to(dtype)[:, None]
+        elif call.bias is not None:  # (B', H', windows, N, N + P) -> (B', windows, H', N, N + P)
+            bias = bias + bias_at(call.bias, windows.index[:, :, None], keys[:, None, :]).to(dtype).transpose(1, 2)
         keep = None
         if call.key_keep is not None:
             padded_keep = F.pad(call.key_keep, (0, 1), value=False)  # the padding slots read index L: False
-            keep = padded_keep[:, keys][:, None, :, None, :]  # (B, 1, windows, 1, N + P)
+            keep = padded_keep[:, keys][:, :, None, None, :]  # (B, windows, 1, 1, N + P)
         elif windows.has_padding:
-            keep = (keys < windows.length)[None, None, :, None, :]  # (1, 1, windows, 1, N + P)
-        return bias, keep
+            keep = (keys < windows.length)[None, :, None, None, :]  # (1, windows, 1, 1, N + P)
+        return windows.per_window(bias, batch), windows.per_window(keep, batch)
 
     def _use_sdpa(self, call: AttentionCall) -> bool:
         config = getattr(call.module, "config", None)
         return not call.output_weights and getattr(config, "_attn_implementation", None) != "eager"
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, call: AttentionCall) -> AttentionOutput:
-        window, shift = self.window_and_shift(call.grid)
-        windows = _Windows(call.grid, window, shift, call.prefix_tokens, q.device)
-        prefix = windows.prefix
-        q_win, k_win, v_win = windows.split(q), windows.split(k), windows.split(v)  # (B, H, nW, N, D)
+        windows = self.windows(call.grid, call.prefix_tokens, q.device)
+        batch, prefix = q.shape[0], windows.prefix
+        q_win, k_win, v_win = windows.split(q), windows.split(k), windows.split(v)  # (B * nW, H, N, D)
         if prefix:  # every window also sees the prefix keys
-            batch, heads, count, _, dim = k_win.shape
-            k_win = torch.cat([k_win, k[:, :, None, :prefix].expand(batch, heads, count, prefix, dim)], dim=3)
-            v_win = torch.cat([v_win, v[:, :, None, :prefix].expand(batch, heads, count, prefix, dim)], dim=3)
-        bias, keep = self._bias_and_keep(windows, call, q.dtype)
+            k_win = torch.cat([k_win, _per_window_prefix(k, prefix, windows.count)], dim=2)
+            v_win = torch.cat([v_win, _per_window_prefix(v, prefix, windows.count)], dim=2)
+        bias, keep = self._bias_and_keep(windows, call, batch, q.dtype)
         probs = None
         if self._use_sdpa(call):
             mask = bias if keep is None else bias.masked_fill(~keep, torch.finfo(q.dtype).min)
             out = F.scaled_dot_product_attention(
                 q_win, k_win, v_win, attn_mask=mask, dropout_p=call.dropout, scale=call.scaling
-            )  # (B, H, nW, N, D)
+            )  # (B * nW, H, N, D)
             if keep is not None:
                 out = out * keep.any(dim=-1, keepdim=True)  # a window with no key to attend gives zeros
         else:
-            scores = torch.matmul(q_win, k_win.transpose(-1, -2)) * call.scaling  # (B, H, nW, N, N + P)
+            scores = torch.matmul(q_win, k_win.transpose(-1, -2)) * call.scaling  # (B * nW, H, N, N + P)
             probs = masked_softmax(scores, keep, bias=bias)
-            dropped = F.dropout(probs, p=call.dropout, training=call.dropout > 0)
-            out = torch.matmul(dropped, v_win)
-        values = windows.merge(out)  # (B, H, h * w, D)
+            out = torch.matmul(F.dropout(probs, p=call.dropout, training=call.dropout > 0), v_win)
+        tokens = windows.merge(out, batch)  # (B, h * w, H, D)
         prefix_probs = None
         if prefix:
             mask = None if call.key_keep is None else call.key_keep[:, None, None, :]
@@ -254,17 +287,33 @@ class ShiftedWindowAttention(AttentionCore):
             prefix_out, prefix_probs = dense_attention(
                 q[:, :, :prefix], k, v, mask, call.scaling, call.dropout, call.dropout > 0, prefix_bias
             )
-            values = torch.cat([prefix_out, values], dim=2)
-        weights = self._dense_weights(windows, probs, prefix_probs) if call.output_weights else None
-        return AttentionOutput(values, weights)
+            tokens = torch.cat([prefix_out.transpose(1, 2), tokens], dim=1)  # (B, L, H, D)
+        weights = self._dense_weights(windows, probs, prefix_probs, batch) if call.output_weights else None
+        return AttentionOutput(tokens.transpose(1, 2), weights)  # (B, H, L, D), a view of (B, L, H, D)
 
     @staticmethod
-    def _dense_weights(windows: _Windows, probs: torch.Tensor, prefix_probs: torch.Tensor | None) -> torch.Tensor:
-        """The window probabilities (B, H, nW, N, N + P) scattered into (B, H, L, L) in token order."""
+    def _dense_weights(
+        windows: _Windows, probs: torch.Tensor, prefix_probs: torch.Tensor | None, batch: int
+    ) -> torch.Tensor:
+        """The window probabilities (B * nW, H, N, N + P) scattered into (B, H, L, L) in token order."""
         length = windows.length
-        batch, heads = probs.shape[:2]
-        dense = probs.new_zeros(batch, heads, length + 1, length + 1)  # row / column L collects padding slots
+        probs = probs.view(batch, windows.count, *probs.shape[1:]).transpose(1, 2)  # (B, H, nW, N, N + P)
+        dense = probs.new_zeros(batch, probs.shape[1], length + 1, length + 1)  # row / column L: padding slots
         dense[:, :, windows.index[:, :, None], windows.key_index()[:, None, :]] = probs
         if prefix_probs is not None:
             dense[:, :, : windows.prefix, :length] = prefix_probs
         return dense[:, :, :length, :length]
+
+
+def window_maps_to_tokens(
+    probs: torch.Tensor, grid: tuple[int, int], window: int, shift: int, batch: int
+) -> torch.Tensor:
+    """Per-window attention maps (B * windows, H, N, N) of a padded, rolled ``grid`` as (B, H, h * w, h * w) in
+    token order (the padding tokens' share, where a grid was padded with tokens that take part, is left out)."""
+    return ShiftedWindowAttention._dense_weights(_Windows(grid, window, shift, 0, probs.device), probs, None, batch)
+
+
+def _per_window_prefix(x: torch.Tensor, prefix: int, count: int) -> torch.Tensor:
+    """The prefix tokens of ``x`` (B, H, L, D) repeated for every window: (B * windows, H, prefix, D)."""
+    batch, heads, _, dim = x.shape
+    return x[:, None, :, :prefix].expand(batch, count, heads, prefix, dim).reshape(batch * count, heads, prefix, dim)

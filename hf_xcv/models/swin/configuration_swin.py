@@ -129,28 +129,22 @@ class SwinConfig(BackboneConfigMixin, XcvConfig):
             fixed = sorted(set(self.attention_kwargs) & set(_STAGE_SET_KWARGS))
             if fixed:
                 raise ValueError(
-                    f"attention_kwargs {fixed} are set by each Swin stage for shifted-window attention (window_size "
+                    f"attention_kwargs {fixed} are set by each Swin block for shifted-window attention (window_size "
                     "is the config field window_size; shifts alternate 0, window_size // 2)"
                 )
         check_attention(
             self.attention_type,
-            self.block_attention_kwargs(1),
+            self.block_attention_kwargs(),
             self.attention_probs_dropout_prob,
             self.num_heads[0],
             self.embed_dim,
         )
         check_attention_serves(self.attention_type, SWIN_ATTENTION_REQUESTS, "a Swin stage")
 
-    def block_attention_kwargs(self, block: int, shrink_to_grid: bool = True) -> dict[str, Any]:
-        """The ``attention_kwargs`` of the ``block``-th block of a stage: for ``shifted_window``, the config's window
-        with shifts alternating 0, window_size // 2 (the core drops the shift where a stage is one window, unless
-        ``shrink_to_grid=False``, as in the backbone); for any other core, ``attention_kwargs`` as given."""
+    def block_attention_kwargs(self) -> dict[str, Any]:
+        """The ``attention_kwargs`` of every block's core: for ``shifted_window``, one window of ``window_size`` (the
+        block itself pads, rolls by its shift and cuts the windows, as the original block does); for any other
+        core, ``attention_kwargs`` as given."""
         if self.attention_type != WINDOW_ATTENTION:
             return dict(self.attention_kwargs)
-        shift = 0 if block % 2 == 0 else self.window_size // 2
-        return {
-            **self.attention_kwargs,
-            "window_size": self.window_size,
-            "shift_size": shift,
-            "shrink_to_grid": shrink_to_grid,
-        }
+        return {**self.attention_kwargs, "window_size": self.window_size, "shift_size": 0, "shrink_to_grid": True}

@@ -27,7 +27,14 @@ from transformers.utils import ModelOutput
 from transformers.utils.generic import can_return_tuple
 
 from ...attention import MultiHeadAttention
-from ...attention.shifted_window import ShiftedWindowAttention, padded_grid
+from ...attention.shifted_window import (
+    ShiftedWindowAttention,
+    padded_grid,
+    partition,
+    region_bias,
+    window_and_shift,
+    window_maps_to_tokens,
+)
 from ...layers import DropPath, Mlp, PatchEmbed, resample_patch_pos_embed, to_pair
 from ...modeling_utils import XcvPreTrainedModel
 from .configuration_swin import SWIN_ATTENTION_REQUESTS, SwinConfig
@@ -122,7 +129,14 @@ class SwinEmbeddings(nn.Module):
 
 
 class SwinLayer(GradientCheckpointingLayer):
-    """One Swin block (pre-norm): x + DropPath(WindowAttention(LN(x))), then x + DropPath(MLP(LN(x)))."""
+    """One Swin block (pre-norm): x + DropPath(WindowAttention(LN(x))), then x + DropPath(MLP(LN(x))).
+
+    With Swin's ``shifted_window`` core the block windows the grid itself, as the original block does: it pads the
+    normalised tokens with zeros to whole windows (they take part, as in the original and transformers), rolls by
+    its shift, cuts windows and hands them to the attention as a batch of one-window grids, with the -100 between
+    regions of a shifted window as the seam's ``attention_bias``; the core adds its relative position bias. Any
+    other core attends over the whole stage grid.
+    """
 
     def __init__(self, config: SwinConfig, dim: int, num_heads: int, block: int, drop_path: float, backbone: bool):
         super().__init__()
@@ -132,41 +146,63 @@ class SwinLayer(GradientCheckpointingLayer):
             num_heads,
             qkv_bias=config.qkv_bias,
             attention_type=config.attention_type,
-            attention_kwargs=config.block_attention_kwargs(block, shrink_to_grid=not backbone),
+            attention_kwargs=config.block_attention_kwargs(),
             dropout=config.attention_probs_dropout_prob,
             config=config,
         )
+        self.windowed = isinstance(self.attention.core, ShiftedWindowAttention)
+        self.window_size = config.window_size
+        self.shift_size = 0 if block % 2 == 0 else config.window_size // 2
+        self.shrink_to_grid = not backbone  # the detection backbone keeps window and shift at every size
         self.layernorm_after = nn.LayerNorm(dim, eps=config.layer_norm_eps)
         hidden = int(config.mlp_ratio * dim)
         self.mlp = Mlp(dim, hidden, act=config.hidden_act, dropout=0.0, out_dropout=config.hidden_dropout_prob)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
         self.drop_path = DropPath(drop_path)
 
-    def _padded(self, x: torch.Tensor, grid: tuple[int, int]) -> tuple[torch.Tensor, tuple[int, int]]:
-        """A windowed core's input padded with zero tokens to whole windows (the original's padding: they take part
-        in the attention of the windows they fill); any other core's as it is."""
-        core = self.attention.core
-        if not isinstance(core, ShiftedWindowAttention):
-            return x, grid
-        window, _ = core.window_and_shift(grid)
+    def _window_attention(
+        self, x: torch.Tensor, grid: tuple[int, int], output_attentions: bool
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(B, h * w, C) -> attended (B, h * w, C) and the maps (B, heads, h * w, h * w), window by window."""
+        window, shift = window_and_shift(grid, self.window_size, self.shift_size, self.shrink_to_grid)
+        batch, length, channels = x.shape
         padded = padded_grid(grid, window)
-        if padded == tuple(grid):
-            return x, grid
-        batch, _, channels = x.shape
         x = F.pad(x.view(batch, *grid, channels), (0, 0, 0, padded[1] - grid[1], 0, padded[0] - grid[0]))
-        return x.view(batch, padded[0] * padded[1], channels), padded
+        if shift:
+            x = torch.roll(x, (-shift, -shift), dims=(1, 2))
+        windows = partition(x, window)  # (B, nW, N, C)
+        count = windows.shape[1]
+        regions = region_bias(padded, window, shift, x.device)  # (nW, N, N) or None
+        bias = None
+        if regions is not None:
+            bias = (
+                regions.to(x.dtype)[None, :, None]
+                .expand(batch, -1, -1, -1, -1)
+                .reshape(batch * count, 1, *regions.shape[1:])
+            )
+        attended, weights, _ = self.attention(
+            windows.reshape(batch * count, window * window, channels),
+            grid=(window, window),
+            attention_bias=bias,
+            output_attentions=output_attentions,
+        )  # (B * nW, N, C)
+        attended = attended.view(batch, padded[0] // window, padded[1] // window, window, window, channels)
+        attended = attended.transpose(2, 3).reshape(batch, *padded, channels)
+        if shift:
+            attended = torch.roll(attended, (shift, shift), dims=(1, 2))
+        attended = attended[:, : grid[0], : grid[1]].reshape(batch, length, channels)
+        if weights is not None:
+            weights = window_maps_to_tokens(weights, grid, window, shift, batch)
+        return attended, weights
 
     def forward(
         self, hidden_states: torch.Tensor, grid: tuple[int, int], output_attentions: bool = False
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        batch, length, channels = hidden_states.shape
-        normed, padded = self._padded(self.layernorm_before(hidden_states), grid)
-        attended, weights, _ = self.attention(normed, grid=padded, output_attentions=output_attentions)
-        if padded != tuple(grid):  # crop the padding away again
-            attended = attended.view(batch, *padded, channels)[:, : grid[0], : grid[1]].reshape(batch, length, channels)
-            if weights is not None:
-                real = (torch.arange(grid[0])[:, None] * padded[1] + torch.arange(grid[1])).flatten()
-                weights = weights[:, :, real][:, :, :, real]
+        normed = self.layernorm_before(hidden_states)
+        if self.windowed:
+            attended, weights = self._window_attention(normed, grid, output_attentions)
+        else:
+            attended, weights, _ = self.attention(normed, grid=grid, output_attentions=output_attentions)
         hidden_states = hidden_states + self.drop_path(self.dropout(attended))
         hidden_states = hidden_states + self.drop_path(self.mlp(self.layernorm_after(hidden_states)))
         return hidden_states, weights
