@@ -35,8 +35,8 @@ class ModelEntry:
     """Everything hf_xcv registers for one model_type, and what the registry-driven tests need to check it.
 
     Attributes:
-        config, base_model, heads (Auto class name -> model class), image_processor, tokenizer: what the Auto
-            classes resolve.
+        config, base_model, heads (Auto class name -> task model class), backbone (for AutoBackbone: feature maps
+            for dense prediction, no task), image_processor, tokenizer: what the Auto classes resolve.
         test_preset: the tiny preset the registry-driven tests build.
         dummy_inputs: ``dummy_inputs(model, *, batch=2, labels=True, padded=True) -> dict`` of forward keyword
             arguments for any model of the type (labels for its task when ``labels``; padding where the inputs
@@ -52,6 +52,7 @@ class ModelEntry:
     heads: dict[str, type] = field(default_factory=dict)
     image_processor: type | None = None
     tokenizer: type | None = None
+    backbone: type | None = None
     test_preset: str = ""
     dummy_inputs: Callable[..., dict[str, Any]] | None = None
     attention_test_overrides: dict[str, Any] = field(default_factory=dict)
@@ -59,6 +60,11 @@ class ModelEntry:
     @property
     def model_type(self) -> str:
         return self.config.model_type
+
+    @property
+    def model_classes(self) -> list[type]:
+        """The bare model, every task model and the backbone, if any."""
+        return [self.base_model, *self.heads.values(), *([self.backbone] if self.backbone else [])]
 
 
 MODEL_TYPES: dict[str, ModelEntry] = {
@@ -76,7 +82,8 @@ MODEL_TYPES: dict[str, ModelEntry] = {
         ModelEntry(
             config=SwinConfig,
             base_model=SwinModel,
-            heads={"AutoModelForImageClassification": SwinForImageClassification, "AutoBackbone": SwinBackbone},
+            heads={"AutoModelForImageClassification": SwinForImageClassification},
+            backbone=SwinBackbone,
             image_processor=XcvSwinImageProcessor,
             test_preset="swin-test-tiny",
             dummy_inputs=swin_dummy_inputs,
@@ -108,7 +115,6 @@ AUTO_CLASSES = {
     "AutoModelForSeq2SeqLM": AutoModelForSeq2SeqLM,
     "AutoModelForSequenceClassification": AutoModelForSequenceClassification,
     "AutoModelForCausalLM": AutoModelForCausalLM,
-    "AutoBackbone": AutoBackbone,
 }
 
 
@@ -119,6 +125,8 @@ def register_auto_classes() -> None:
         AutoModel.register(entry.config, entry.base_model, exist_ok=True)
         for auto_name, model_class in entry.heads.items():
             AUTO_CLASSES[auto_name].register(entry.config, model_class, exist_ok=True)
+        if entry.backbone is not None:
+            AutoBackbone.register(entry.config, entry.backbone, exist_ok=True)
         if entry.image_processor is not None:
             # Registered on the mapping itself: AutoImageProcessor.register matches configs by class name and
             # would merge in transformers' processors of the same-named ViTConfig.
@@ -139,6 +147,8 @@ PIPELINE_TAGS = {
 def auto_class_name(model_class: type) -> str:
     """The Auto class that loads ``model_class`` (``AutoModel`` for a bare model)."""
     for entry in MODEL_TYPES.values():
+        if model_class is entry.backbone:
+            return "AutoBackbone"
         for auto_name, head in entry.heads.items():
             if head is model_class:
                 return auto_name

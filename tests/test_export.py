@@ -67,7 +67,8 @@ class FirstOutput(torch.nn.Module):
         self.model, self.names, self.extra = model, names, extra
 
     def forward(self, *args: torch.Tensor) -> torch.Tensor:
-        return self.model(**dict(zip(self.names, args)), **self.extra, return_dict=True)[0]
+        first = self.model(**dict(zip(self.names, args)), **self.extra, return_dict=True)[0]
+        return first if isinstance(first, torch.Tensor) else first[-1]  # a backbone: its last feature map
 
 
 @pytest.mark.parametrize("case", MODEL_CASES, ids=case_id)

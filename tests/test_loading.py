@@ -9,7 +9,7 @@ import pytest
 import safetensors.torch
 import torch
 import transformers
-from test_models_common import HEADS, main_output, make_inputs, serves, tiny_config
+from test_models_common import HEADS, entry_kwargs, main_output, make_inputs, serves, tiny_config
 
 import hf_xcv
 from hf_xcv.attention import AttentionCore, available_attention_types, get_attention_class
@@ -49,7 +49,7 @@ def full_checkpoints(tmp_path_factory):
     for model_type, _, head in HEADS:
         torch.manual_seed(0)
         folder = tmp_path_factory.mktemp(head.__name__)
-        head(tiny_config(model_type)).save_pretrained(folder)
+        head(tiny_config(model_type, attention_type="full", attention_kwargs={})).save_pretrained(folder)
         folders[head] = folder
     return folders
 
@@ -57,7 +57,7 @@ def full_checkpoints(tmp_path_factory):
 @pytest.mark.parametrize("case, attention_type", SWITCHES, ids=[f"{c[2].__name__}-{n}" for c, n in SWITCHES])
 def test_a_checkpoint_loads_with_another_attention_and_reports_what_it_adds(case, attention_type, full_checkpoints):
     model_type, auto_name, head = case
-    kwargs = dict(get_attention_class(attention_type).small_kwargs)
+    kwargs = entry_kwargs(model_type, attention_type)
     with Records("hf_xcv.modeling_utils") as records:
         model = (
             AUTO_CLASSES[auto_name]
@@ -74,7 +74,7 @@ def test_a_checkpoint_loads_with_another_attention_and_reports_what_it_adds(case
             kind = "parameters" if name in parameters else "buffers"
             shown = report.split(f"{kind} ", 1)[1].split(";")[0]
             assert name in shown or "more" in shown, (name, report)
-        fresh = dict(type(core)(core.num_heads, core.head_dim, **kwargs)._own_tensors())
+        fresh = dict(type(core)(core.num_heads, core.head_dim, **core.attention_kwargs)._own_tensors())
         for name, tensor in own.items():
             assert torch.isfinite(tensor.float()).all(), name
             if tensor.is_floating_point() and tensor.numel() > 1:  # same distribution as a fresh draw

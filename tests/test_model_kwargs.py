@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from test_models_common import MODEL_CASES, case_id, make_inputs, tiny_config
+from test_models_common import MODEL_CASES, case_id, main_output, make_inputs, tiny_config
 
 
 def build(case):
@@ -26,7 +26,7 @@ def test_unknown_keyword_arguments_are_refused_with_the_accepted_names(case):
     for name in model._honoured_kwargs:
         assert repr(name) in message
     with torch.no_grad():  # None passes nothing: transformers sends None for what it does not use
-        assert torch.equal(model(**inputs, not_an_argument=None)[0], model(**inputs)[0])
+        assert torch.equal(main_output(model(**inputs, not_an_argument=None)), main_output(model(**inputs)))
 
 
 def check_num_items_in_batch(model, inputs):

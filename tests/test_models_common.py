@@ -12,11 +12,9 @@ from transformers import AutoBackbone, AutoConfig, AutoModel
 import hf_xcv
 from hf_xcv import MODEL_TYPES, preset_config
 from hf_xcv.attention import available_attention_types, capability_problems, get_attention_class
-from hf_xcv.auto import AUTO_CLASSES
+from hf_xcv.auto import AUTO_CLASSES, auto_class_name
 
-MODEL_CASES = [
-    (model_type, cls) for model_type, entry in MODEL_TYPES.items() for cls in [entry.base_model, *entry.heads.values()]
-]
+MODEL_CASES = [(model_type, cls) for model_type, entry in MODEL_TYPES.items() for cls in entry.model_classes]
 
 
 def case_id(case) -> str:
@@ -101,7 +99,7 @@ def test_auto_classes_round_trip(model_case, tmp_path):
     model = cls(tiny_config(model_type)).eval()
     model.save_pretrained(tmp_path)
     assert type(AutoConfig.from_pretrained(tmp_path)) is entry.config
-    auto = AutoModel if cls is entry.base_model else AUTO_CLASSES[next(k for k, v in entry.heads.items() if v is cls)]
+    auto = {"AutoModel": AutoModel, "AutoBackbone": AutoBackbone, **AUTO_CLASSES}[auto_class_name(cls)]
     loaded = auto_load(auto, tmp_path).eval()
     assert type(loaded) is cls
     inputs = make_inputs(model, labels=False)
@@ -202,19 +200,22 @@ def test_every_task_model_states_which_attention_entries_it_serves():
         assert any(serves(head, name) for _, _, head in HEADS), f"no model serves {name!r}"
 
 
-def entry_config(model_type: str, attention_type: str):
-    """The tiny config with an entry's small settings, less those the model sets itself (Swin's windows)."""
+def entry_kwargs(model_type: str, attention_type: str) -> dict:
+    """An entry's small settings, less those the model sets itself (Swin's windows)."""
     own = getattr(MODEL_TYPES[model_type].config, "model_set_attention_kwargs", {}).get(attention_type, ())
-    kwargs = {k: v for k, v in get_attention_class(attention_type).small_kwargs.items() if k not in own}
-    overrides = {"attention_type": attention_type, "attention_kwargs": kwargs}
+    return {k: v for k, v in get_attention_class(attention_type).small_kwargs.items() if k not in own}
+
+
+def entry_config(model_type: str, attention_type: str):
+    """The tiny config with an entry's small settings."""
+    overrides = {"attention_type": attention_type, "attention_kwargs": entry_kwargs(model_type, attention_type)}
     return tiny_config(model_type, **overrides, **MODEL_TYPES[model_type].attention_test_overrides)
 
 
 def run_loss(model, inputs, stateful: bool):
     """The training loss; stateful cores run two segments, the second with the first one's memory."""
     if not stateful:
-        out = model(**inputs)
-        return out.loss if getattr(out, "loss", None) is not None else main_output(out).square().mean()  # a backbone
+        return model(**inputs).loss
     first = model(**inputs)
     second = model(**inputs, mems=first.mems)
     return first.loss + second.loss

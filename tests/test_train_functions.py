@@ -55,7 +55,11 @@ def test_fine_tuning_takes_overrides_and_refuses_a_preset_too(script, tmp_path):
         )
     with pytest.raises(ValueError, match=r"has no field \['drop_pth_rate'\]"):
         script.build_model_and_processor(script.ModelArguments(config_overrides="drop_pth_rate=0.1"), ["a", "b"])
-    with pytest.raises(ValueError, match=r"'xformer-test-tiny' makes a xcv_xformer model; this needs a xcv_vit pres"):
+    with pytest.raises(
+        ValueError,
+        match=r"'xformer-test-tiny' makes a xcv_xformer model; this script needs an image classifier's preset: "
+        r".*'swin-digits'.*'vit-digits'",
+    ):
         script.build_model_and_processor(script.ModelArguments(preset="xformer-test-tiny"), ["a", "b"])
     with pytest.raises(ValueError, match="unknown preset") as err:
         script.build_model_and_processor(script.ModelArguments(preset="vit-tny"), ["a", "b"])

@@ -128,10 +128,13 @@ class _Windows:
 
     def merge(self, windows: torch.Tensor, batch: int) -> torch.Tensor:
         """(B * windows, H, N, D) -> the grid tokens (B, h * w, H, D) in token order."""
+        tokens = windows.transpose(1, 2)  # (B * windows, N, H, D): contiguous as the flash kernel lays it out
+        if torch.compiler.is_compiling():  # an exported graph may run a kernel that lays it out otherwise
+            tokens = tokens.clone(memory_format=torch.contiguous_format)
         if self.identity:
-            return windows.transpose(1, 2)
+            return tokens
         heads, dim = windows.shape[1], windows.shape[3]
-        slots = windows.transpose(1, 2).reshape(batch, self.count * self.window**2, heads, dim)
+        slots = tokens.reshape(batch, self.count * self.window**2, heads, dim)
         return slots.index_select(1, self.slot_of_token)
 
     def key_index(self) -> torch.Tensor:

@@ -29,7 +29,7 @@ def verify(source: str, exported: str, tolerance: float) -> float:
     config = transformers.AutoConfig.from_pretrained(source)
     entry = MODEL_TYPES[config.model_type]
     architecture = (config.architectures or [entry.base_model.__name__])[0]
-    ours_class = next(cls for cls in [entry.base_model, *entry.heads.values()] if cls.__name__ == architecture)
+    ours_class = next(cls for cls in entry.model_classes if cls.__name__ == architecture)
     ours = ours_class.from_pretrained(source).eval()
     theirs_config = transformers.AutoConfig.from_pretrained(exported)
     theirs = getattr(transformers, theirs_config.architectures[0]).from_pretrained(exported).eval()

@@ -131,12 +131,20 @@ def family_of(args: ModelArguments) -> Any:
     entries = classifier_types()
     if args.model_name_or_path:
         model_type = hf_xcv.conversion.load_config_dict(args.model_name_or_path).get("model_type")
-        where = args.model_name_or_path
-    else:
-        model_type = hf_xcv.PRESETS[args.preset].model_type if args.preset in hf_xcv.PRESETS else "xcv_vit"
-        where = f"preset {args.preset!r}"
+        if model_type not in entries:
+            raise ValueError(
+                f"{args.model_name_or_path} holds a {model_type!r} model; this script trains {sorted(entries)}"
+            )
+        return entries[model_type]
+    fitting = sorted(name for name, preset in hf_xcv.PRESETS.items() if preset.model_type in entries)
+    if args.preset and args.preset not in hf_xcv.PRESETS:
+        raise ValueError(f"unknown preset {args.preset!r}; available presets: {fitting}")
+    model_type = hf_xcv.PRESETS[args.preset].model_type if args.preset else "xcv_vit"
     if model_type not in entries:
-        raise ValueError(f"{where} is a {model_type!r} model; this script trains {sorted(entries)}")
+        raise ValueError(
+            f"preset {args.preset!r} makes a {model_type} model; this script needs an image classifier's preset: "
+            f"{fitting}"
+        )
     return entries[model_type]
 
 
@@ -153,8 +161,6 @@ def build_model_and_processor(args: ModelArguments, labels: list[str]) -> tuple[
     if args.attention_type:
         overrides["attention_type"] = args.attention_type
     overrides.update(runner.parse_overrides(args.config_overrides))
-    if args.preset and args.preset not in hf_xcv.PRESETS:
-        hf_xcv.preset_config(args.preset)  # the unknown-preset error, listing the presets
     entry = family_of(args)
     check_known_fields(entry.config, overrides)
     classifier = entry.heads["AutoModelForImageClassification"]

@@ -106,7 +106,7 @@ def check_converted(
     from ..auto import MODEL_TYPES
 
     entry = MODEL_TYPES[target_model_type]
-    classes = {cls.__name__: cls for cls in (entry.base_model, *entry.heads.values())}
+    classes = {cls.__name__: cls for cls in entry.model_classes}
     model_class = next((classes[n] for n in config_dict.get("architectures") or () if n in classes), entry.base_model)
     config = entry.config.from_dict(config_dict)
     with torch.device("meta"):
