@@ -53,3 +53,37 @@ def test_trainer_fine_tunes_vit_on_digits(tmp_path):
     trainer.save_model(str(tmp_path / "final"))
     reloaded = hf_xcv.ViTForImageClassification.from_pretrained(tmp_path / "final")
     assert reloaded.config.num_labels == 10
+
+
+def test_trainer_fine_tunes_swin_with_the_recipe_parameter_groups(tmp_path):
+    import torch
+
+    from hf_xcv.training import parameter_groups
+
+    digits = load_digits_dataset()
+    model = hf_xcv.SwinForImageClassification(hf_xcv.preset_config("swin-test-tiny", num_labels=10, image_size=8))
+    processor = hf_xcv.XcvSwinImageProcessor.for_image_size((8, 8))
+    transform = image_classification_transform(processor)
+    optimizer = torch.optim.AdamW(parameter_groups(model, 0.05), lr=3e-3)
+    args = TrainingArguments(
+        output_dir=str(tmp_path), per_device_train_batch_size=32, per_device_eval_batch_size=128, max_steps=200,
+        warmup_steps=10, eval_strategy="no", save_strategy="no", report_to="none", use_cpu=True,
+        remove_unused_columns=False, seed=0,
+    )  # fmt: skip
+    trainer = Trainer(
+        model=model,
+        args=args,
+        train_dataset=digits["train"].with_transform(transform),
+        eval_dataset=digits["validation"].with_transform(transform),
+        data_collator=ImageClassificationCollator(),
+        compute_metrics=compute_metrics,
+        optimizers=(optimizer, None),
+    )
+    tables = [p for n, p in model.named_parameters() if n.endswith("relative_position_bias_table")]
+    before = trainer.evaluate()
+    trainer.train()
+    after = trainer.evaluate()
+    assert after["eval_loss"] < before["eval_loss"] - 0.5
+    assert after["eval_accuracy"] > 0.5  # chance is 0.1
+    exempt = next(g for g in trainer.optimizer.param_groups if g["weight_decay"] == 0.0)
+    assert tables and all(any(t is p for p in exempt["params"]) for t in tables)
