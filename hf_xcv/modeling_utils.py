@@ -421,3 +421,17 @@ def init_sequence_model_weights(module: nn.Module, std: float) -> None:
         init.zeros_(module.bias)
     elif isinstance(module, SinusoidalPositionEmbedding):
         init.copy_(module.table, sinusoidal_table(module.num_positions, module.dim, module.layout))
+
+
+def image_dummy_inputs(config: Any, *, batch: int = 2, labels: bool = False) -> dict[str, torch.Tensor]:
+    """Random images of ``config.image_size`` with ``config.num_channels`` (and class labels of
+    ``config.num_labels`` when ``labels``), from a fixed generator: the registry-driven tests' inputs for image
+    models."""
+    from .layers import to_pair
+
+    generator = torch.Generator().manual_seed(0)
+    size = to_pair(config.image_size)
+    inputs = {"pixel_values": torch.randn(batch, config.num_channels, *size, generator=generator)}
+    if labels:
+        inputs["labels"] = torch.randint(0, config.num_labels, (batch,), generator=generator)
+    return inputs

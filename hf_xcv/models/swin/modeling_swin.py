@@ -36,7 +36,7 @@ from ...attention.shifted_window import (
     window_maps_to_tokens,
 )
 from ...layers import DropPath, Mlp, PatchEmbed, resample_patch_pos_embed, to_pair
-from ...modeling_utils import XcvPreTrainedModel
+from ...modeling_utils import XcvPreTrainedModel, image_dummy_inputs
 from .configuration_swin import SWIN_ATTENTION_REQUESTS, SwinConfig
 
 
@@ -523,9 +523,6 @@ class SwinBackbone(BackboneMixin, SwinPreTrainedModel):
 def swin_dummy_inputs(model: SwinPreTrainedModel, *, batch: int = 2, labels: bool = True, padded: bool = True) -> dict:
     """Random images of the model's size (and class labels for the classifier): what the registry-driven tests
     feed every Swin model. ``padded`` means nothing to images."""
-    config = model.config
-    generator = torch.Generator().manual_seed(0)
-    inputs = {"pixel_values": torch.randn(batch, config.num_channels, *to_pair(config.image_size), generator=generator)}
-    if labels and isinstance(model, SwinForImageClassification):
-        inputs["labels"] = torch.randint(0, config.num_labels, (batch,), generator=generator)
-    return inputs
+    return image_dummy_inputs(
+        model.config, batch=batch, labels=labels and isinstance(model, SwinForImageClassification)
+    )

@@ -19,7 +19,7 @@ from transformers.utils.generic import can_return_tuple
 
 from ...attention import MultiHeadAttention
 from ...layers import DropPath, Mlp, PatchEmbed, resample_patch_pos_embed, to_pair
-from ...modeling_utils import XcvPreTrainedModel
+from ...modeling_utils import XcvPreTrainedModel, image_dummy_inputs
 from .configuration_vit import VIT_ATTENTION_REQUESTS, ViTConfig
 
 
@@ -282,10 +282,4 @@ class ViTForImageClassification(ViTPreTrainedModel):
 def vit_dummy_inputs(model: ViTPreTrainedModel, *, batch: int = 2, labels: bool = True, padded: bool = True) -> dict:
     """Random images of the model's size (and class labels for the classifier): what the registry-driven tests
     feed every ViT model. ``padded`` means nothing to images."""
-    config = model.config
-    height, width = to_pair(config.image_size)
-    generator = torch.Generator().manual_seed(0)
-    inputs = {"pixel_values": torch.randn(batch, config.num_channels, height, width, generator=generator)}
-    if labels and isinstance(model, ViTForImageClassification):
-        inputs["labels"] = torch.randint(0, config.num_labels, (batch,), generator=generator)
-    return inputs
+    return image_dummy_inputs(model.config, batch=batch, labels=labels and isinstance(model, ViTForImageClassification))
