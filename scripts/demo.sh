@@ -20,7 +20,7 @@ if [ "$DEMO" = all ] || [ "$DEMO" = vit ]; then
 fi
 if [ "$DEMO" = all ] || [ "$DEMO" = swin ]; then
     OUT=outputs/swin-digits
-    .venv/bin/python training/train_image_classification.py --preset swin-digits --num_train_epochs 60 \
+    .venv/bin/python training/train_image_classification.py --preset swin-digits --num_train_epochs 100 \
         --output_dir "$OUT" --overwrite_output_dir
     .venv/bin/python scripts/classify_samples.py "$OUT" --min_accuracy 0.95
 fi

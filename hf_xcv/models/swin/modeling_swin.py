@@ -120,7 +120,8 @@ class SwinEmbeddings(nn.Module):
             raise ValueError(f"pixel_values have an empty side: shape {tuple(pixel_values.shape)}")
         height, width = pixel_values.shape[-2:]
         ph, pw = self.patch_size
-        pixel_values = F.pad(pixel_values, (0, (-width) % pw, 0, (-height) % ph))  # to a multiple of the patch
+        if height % ph or width % pw:  # to a multiple of the patch
+            pixel_values = F.pad(pixel_values, (0, (-width) % pw, 0, (-height) % ph))
         tokens, grid = self.patch_embeddings(pixel_values)  # (B, N, C)
         tokens = self.norm(tokens)
         if self.position_embeddings is not None:
@@ -167,7 +168,9 @@ class SwinLayer(GradientCheckpointingLayer):
         window, shift = window_and_shift(grid, self.window_size, self.shift_size, self.shrink_to_grid)
         batch, length, channels = x.shape
         padded = padded_grid(grid, window)
-        x = F.pad(x.view(batch, *grid, channels), (0, 0, 0, padded[1] - grid[1], 0, padded[0] - grid[0]))
+        x = x.view(batch, *grid, channels)
+        if padded != tuple(grid):  # (a pad of nothing would still copy)
+            x = F.pad(x, (0, 0, 0, padded[1] - grid[1], 0, padded[0] - grid[0]))
         if shift:
             x = torch.roll(x, (-shift, -shift), dims=(1, 2))
         windows = partition(x, window)  # (B, nW, N, C)
@@ -190,7 +193,9 @@ class SwinLayer(GradientCheckpointingLayer):
         attended = attended.transpose(2, 3).reshape(batch, *padded, channels)
         if shift:
             attended = torch.roll(attended, (shift, shift), dims=(1, 2))
-        attended = attended[:, : grid[0], : grid[1]].reshape(batch, length, channels)
+        if padded != tuple(grid):
+            attended = attended[:, : grid[0], : grid[1]]
+        attended = attended.reshape(batch, length, channels)
         if weights is not None:
             weights = window_maps_to_tokens(weights, grid, window, shift, batch)
         return attended, weights
@@ -220,7 +225,8 @@ class SwinPatchMerging(nn.Module):
     def forward(self, hidden_states: torch.Tensor, grid: tuple[int, int]) -> tuple[torch.Tensor, tuple[int, int]]:
         batch, _, channels = hidden_states.shape
         x = hidden_states.view(batch, *grid, channels)
-        x = F.pad(x, (0, 0, 0, grid[1] % 2, 0, grid[0] % 2))  # (B, even h, even w, C)
+        if grid[0] % 2 or grid[1] % 2:
+            x = F.pad(x, (0, 0, 0, grid[1] % 2, 0, grid[0] % 2))  # (B, even h, even w, C)
         x = torch.cat([x[:, 0::2, 0::2], x[:, 1::2, 0::2], x[:, 0::2, 1::2], x[:, 1::2, 1::2]], dim=-1)
         merged = (x.shape[1], x.shape[2])
         x = x.reshape(batch, merged[0] * merged[1], 4 * channels)  # (B, h/2 * w/2, 4C)
