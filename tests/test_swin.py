@@ -354,3 +354,12 @@ def test_no_weight_decay_on_bias_tables_positions_norms_and_biases():
     assert "swin.embeddings.position_embeddings" in exempt_names
     assert all(names[id(p)].endswith("weight") and p.ndim > 1 for p in decayed["params"])
     assert len(decayed["params"]) + len(exempt["params"]) == len(names)
+
+
+def test_swin_compiles_into_one_graph_at_any_size():
+    model = hf_xcv.SwinForImageClassification(hf_xcv.preset_config("swin-test-tiny", num_labels=3)).eval()
+    compiled = torch.compile(model, fullgraph=True, backend="eager")
+    for size in [(16, 16), (18, 22)]:  # the second padded to the patch, the windows and the merging
+        x = pixels(*size)
+        with torch.no_grad():
+            assert torch.equal(compiled(pixel_values=x).logits, model(pixel_values=x).logits)
