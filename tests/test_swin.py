@@ -176,6 +176,8 @@ def test_conversion_is_strict_and_writes_nothing_on_error(tmp_path):
     torch.save({"model": layout}, path)
     with pytest.raises(SystemExit, match=r"lacks 1 weights .*layers\.1\.blocks\.0\.mlp\.fc2\.weight"):
         convert_swin.main(["--input", str(path), "--output", str(out)])
+    with pytest.raises(SystemExit, match="missing.pth: no such file"):
+        convert_swin.main(["--input", str(tmp_path / "missing.pth"), "--output", str(out)])
     path.write_bytes(b"not a checkpoint")
     with pytest.raises(SystemExit, match="not a readable PyTorch checkpoint"):
         convert_swin.main(["--input", str(path), "--output", str(out)])

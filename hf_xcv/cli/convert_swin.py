@@ -101,6 +101,8 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
 def _convert(args: argparse.Namespace) -> list[str] | None:
     """An original file here; a transformers folder or repo is left to the shared conversion (None)."""
     if not is_official_file(args.input):
+        if args.input.endswith((".pth", ".pt")):  # meant as a file: not a Hub repo id to look up
+            raise ValueError(f"{args.input}: no such file")
         return None
     if args.image_size is not None and args.image_size < 1:
         raise ValueError(f"--image_size must be a positive number of pixels, got {args.image_size}")
