@@ -17,7 +17,7 @@ import tempfile
 
 import torch
 import transformers
-from bench_vit import time_call
+from bench_vit import classifier_passes, time_call
 
 import hf_xcv
 
@@ -59,16 +59,8 @@ def main() -> None:
         reference = models["transformers sdpa"](pixels).logits
         deltas = {name: (model(pixels).logits - reference).abs().max().item() for name, model in models.items()}
 
-    def forward(model):
-        with torch.no_grad():
-            model(pixels)
-
-    def forward_backward(model):
-        model.zero_grad(set_to_none=True)
-        model(pixels).logits.sum().backward()
-
     results = {}
-    for pass_name, step in (("forward", forward), ("forward+backward", forward_backward)):
+    for pass_name, step in classifier_passes(pixels):
         for model in models.values():  # warm-up
             step(model)
         times = {name: [] for name in models}

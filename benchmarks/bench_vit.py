@@ -53,6 +53,20 @@ def time_call(step, model) -> float:
     return time.perf_counter() - start
 
 
+def classifier_passes(pixels: torch.Tensor) -> list[tuple[str, object]]:
+    """The timed passes of an image classifier on ``pixels``: ("forward", step), ("forward+backward", step)."""
+
+    def forward(model):
+        with torch.no_grad():
+            model(pixels)
+
+    def forward_backward(model):
+        model.zero_grad(set_to_none=True)
+        model(pixels).logits.sum().backward()
+
+    return [("forward", forward), ("forward+backward", forward_backward)]
+
+
 def build_pair():
     """transformers ViT-B/16 with random weights, and the same weights in hf_xcv (converted on load)."""
     config = transformers.ViTConfig(num_labels=1000)  # ViT-B/16 at 224: 768 wide, 12 layers, 12 heads
@@ -77,16 +91,8 @@ def main() -> None:
     with torch.no_grad():
         delta = (theirs(pixels).logits - ours(pixels).logits).abs().max().item()
 
-    def forward(model):
-        with torch.no_grad():
-            model(pixels)
-
-    def forward_backward(model):
-        model.zero_grad(set_to_none=True)
-        model(pixels).logits.sum().backward()
-
     results = {}
-    for name, step in (("forward", forward), ("forward+backward", forward_backward)):
+    for name, step in classifier_passes(pixels):
         for model in (theirs, ours):  # warm-up
             step(model)
         times = {"transformers": [], "hf_xcv": []}

@@ -85,6 +85,13 @@ def partition(x: torch.Tensor, window: int) -> torch.Tensor:
     return x.reshape(batch, (height // window) * (width // window), window * window, *rest)
 
 
+def unpartition(x: torch.Tensor, window: int, grid: tuple[int, int]) -> torch.Tensor:
+    """The inverse of :func:`partition`: (B, windows, window^2, ...) -> (B, Hp, Wp, ...)."""
+    batch, _, _, *rest = x.shape
+    x = x.reshape(batch, grid[0] // window, grid[1] // window, window, window, *rest)
+    return x.transpose(2, 3).reshape(batch, *grid, *rest)
+
+
 class _Windows:
     """Where the tokens of a grid land in (shifted) windows, and the gathers that move them there and back.
 
@@ -109,6 +116,9 @@ class _Windows:
         self.index = partition(tokens, window)[0]  # (windows, N)
         self.count = self.index.shape[0]
         self.regions = region_bias(self.padded, window, shift, device)  # (windows, N, N) or None
+        # (windows, N + prefix): the token index of every key a window scores (its slots, then the prefix)
+        prefix_keys = torch.arange(prefix, device=device).expand(self.count, prefix)
+        self.keys = torch.cat([self.index, prefix_keys], dim=1)
         slots = self.index.flatten()
         real = torch.nonzero(slots < self.length).flatten()
         self.slot_of_token = torch.empty(grid[0] * grid[1], dtype=torch.long, device=device)
@@ -136,11 +146,6 @@ class _Windows:
         heads, dim = windows.shape[1], windows.shape[3]
         slots = tokens.reshape(batch, self.count * self.window**2, heads, dim)
         return slots.index_select(1, self.slot_of_token)
-
-    def key_index(self) -> torch.Tensor:
-        """(windows, N + prefix): the token index of every key a window scores (its slots, then the prefix)."""
-        prefix = torch.arange(self.prefix, device=self.index.device).expand(self.count, self.prefix)
-        return torch.cat([self.index, prefix], dim=1)
 
     def per_window(self, x: torch.Tensor | None, batch: int) -> torch.Tensor | None:
         """(B or 1, windows or 1, H or 1, N, K) -> a 4-D tensor that broadcasts to (B * windows, H, N, K)."""
@@ -226,6 +231,10 @@ class ShiftedWindowAttention(AttentionCore):
         window, shift = self.window_and_shift(grid)
         return self._cached(("windows", grid, prefix, device), lambda: _Windows(grid, window, shift, prefix, device))
 
+    def region_bias(self, grid: tuple[int, int], window: int, shift: int, device: torch.device) -> torch.Tensor | None:
+        """:func:`region_bias`, kept per grid like the layouts (for a model that windows its grid itself)."""
+        return self._cached(("regions", grid, window, shift, device), lambda: region_bias(grid, window, shift, device))
+
     def window_bias(self, window: int) -> torch.Tensor:
         """(heads, N, N) relative position bias of a ``window`` x ``window`` window."""
         table = self.relative_position_bias_table
@@ -239,7 +248,7 @@ class ShiftedWindowAttention(AttentionCore):
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The additive bias and the boolean keep (or None when every key is kept) of every window's scores, each
         broadcastable to (B * windows, H, N, N + prefix)."""
-        keys = windows.key_index()  # (windows, N + P)
+        keys = windows.keys  # (windows, N + P)
         bias = self.window_bias(windows.window).to(dtype)[None, None]  # (1, 1, H, N, N)
         regions = windows.regions
         if regions is not None:
@@ -302,7 +311,7 @@ class ShiftedWindowAttention(AttentionCore):
         length = windows.length
         probs = probs.view(batch, windows.count, *probs.shape[1:]).transpose(1, 2)  # (B, H, nW, N, N + P)
         dense = probs.new_zeros(batch, probs.shape[1], length + 1, length + 1)  # row / column L: padding slots
-        dense[:, :, windows.index[:, :, None], windows.key_index()[:, None, :]] = probs
+        dense[:, :, windows.index[:, :, None], windows.keys[:, None, :]] = probs
         if prefix_probs is not None:
             dense[:, :, : windows.prefix, :length] = prefix_probs
         return dense[:, :, :length, :length]

@@ -2,7 +2,7 @@
 
 from .drop_path import DropPath, drop_path
 from .mlp import Mlp
-from .patch_embed import PatchEmbed, to_pair
+from .patch_embed import PatchEmbed, check_pixel_tensor, to_pair
 from .pos_embed import SINUSOIDAL_LAYOUTS, SinusoidalPositionEmbedding, resample_patch_pos_embed, sinusoidal_table
 from .reversible import ChunkedFeedForward, ReversibleBlock, ReversibleSequence, chunked_feed_forward
 from .token_embed import ScaledEmbedding, check_range, is_tracing
@@ -18,6 +18,7 @@ __all__ = [
     "ScaledEmbedding",
     "SinusoidalPositionEmbedding",
     "check_range",
+    "check_pixel_tensor",
     "chunked_feed_forward",
     "drop_path",
     "is_tracing",

@@ -15,6 +15,20 @@ def to_pair(value: int | tuple[int, int] | list[int]) -> tuple[int, int]:
     return int(value), int(value)
 
 
+def check_pixel_tensor(pixel_values: torch.Tensor, num_channels: int) -> None:
+    """ValueError naming the problem when ``pixel_values`` is no (batch, num_channels, height, width) tensor."""
+    if not isinstance(pixel_values, torch.Tensor):
+        raise ValueError(f"pixel_values must be a torch.Tensor, got {type(pixel_values).__name__}")
+    if pixel_values.ndim != 4:
+        raise ValueError(
+            f"pixel_values must have shape (batch, channels, height, width), got {tuple(pixel_values.shape)}"
+        )
+    if pixel_values.shape[1] != num_channels:
+        raise ValueError(
+            f"pixel_values have {pixel_values.shape[1]} channels but the model expects num_channels={num_channels}"
+        )
+
+
 class PatchEmbed(nn.Module):
     """Cut an image into non-overlapping patches and project each to ``embed_dim`` (a strided conv).
 
@@ -30,17 +44,8 @@ class PatchEmbed(nn.Module):
 
     def check_pixels(self, pixel_values: torch.Tensor) -> None:
         """ValueError naming the problem when the pixels cannot be cut into patches."""
-        if not isinstance(pixel_values, torch.Tensor):
-            raise ValueError(f"pixel_values must be a torch.Tensor, got {type(pixel_values).__name__}")
-        if pixel_values.ndim != 4:
-            raise ValueError(
-                f"pixel_values must have shape (batch, channels, height, width), got {tuple(pixel_values.shape)}"
-            )
-        _, channels, height, width = pixel_values.shape
-        if channels != self.num_channels:
-            raise ValueError(
-                f"pixel_values have {channels} channels but the model expects num_channels={self.num_channels}"
-            )
+        check_pixel_tensor(pixel_values, self.num_channels)
+        height, width = pixel_values.shape[-2:]
         ph, pw = self.patch_size
         if height < ph or width < pw or height % ph or width % pw:
             raise ValueError(f"image size {height}x{width} is not a positive multiple of the patch size {ph}x{pw}")

@@ -31,11 +31,11 @@ from ...attention.shifted_window import (
     ShiftedWindowAttention,
     padded_grid,
     partition,
-    region_bias,
+    unpartition,
     window_and_shift,
     window_maps_to_tokens,
 )
-from ...layers import DropPath, Mlp, PatchEmbed, resample_patch_pos_embed, to_pair
+from ...layers import DropPath, Mlp, PatchEmbed, check_pixel_tensor, resample_patch_pos_embed, to_pair
 from ...modeling_utils import XcvPreTrainedModel, image_dummy_inputs
 from .configuration_swin import SWIN_ATTENTION_REQUESTS, SwinConfig
 
@@ -175,7 +175,7 @@ class SwinLayer(GradientCheckpointingLayer):
             x = torch.roll(x, (-shift, -shift), dims=(1, 2))
         windows = partition(x, window)  # (B, nW, N, C)
         count = windows.shape[1]
-        regions = region_bias(padded, window, shift, x.device)  # (nW, N, N) or None
+        regions = self.attention.core.region_bias(padded, window, shift, x.device)  # (nW, N, N) or None
         bias = None
         if regions is not None:
             bias = (
@@ -189,8 +189,7 @@ class SwinLayer(GradientCheckpointingLayer):
             attention_bias=bias,
             output_attentions=output_attentions,
         )  # (B * nW, N, C)
-        attended = attended.view(batch, padded[0] // window, padded[1] // window, window, window, channels)
-        attended = attended.transpose(2, 3).reshape(batch, *padded, channels)
+        attended = unpartition(attended.view(batch, count, window * window, channels), window, padded)
         if shift:
             attended = torch.roll(attended, (shift, shift), dims=(1, 2))
         if padded != tuple(grid):
@@ -348,17 +347,7 @@ class SwinPreTrainedModel(XcvPreTrainedModel):
         """``pixel_values`` checked (a 4-D tensor with the model's channels) and cast to the weights' dtype."""
         if pixel_values is None:
             raise ValueError("pixel_values is required")
-        if not isinstance(pixel_values, torch.Tensor):
-            raise ValueError(f"pixel_values must be a torch.Tensor, got {type(pixel_values).__name__}")
-        if pixel_values.ndim != 4:
-            raise ValueError(
-                f"pixel_values must have shape (batch, channels, height, width), got {tuple(pixel_values.shape)}"
-            )
-        if pixel_values.shape[1] != self.config.num_channels:
-            raise ValueError(
-                f"pixel_values have {pixel_values.shape[1]} channels but the model expects "
-                f"num_channels={self.config.num_channels}"
-            )
+        check_pixel_tensor(pixel_values, self.config.num_channels)
         dtype = next(self.parameters()).dtype
         return pixel_values.to(dtype) if pixel_values.dtype != dtype else pixel_values
 
