@@ -7,6 +7,14 @@ installed, its default adapter targets with peft). It touches no network.
 from .attention import available_attention_types, build_attention, register_attention
 from .auto import MODEL_TYPES, register_auto_classes
 from .integrations import register_peft_defaults
+from .models.detr import (
+    DetrConfig,
+    DetrForObjectDetection,
+    DetrImageProcessor,
+    DetrModel,
+    DetrPreTrainedModel,
+    XcvDetrImageProcessor,
+)
 from .models.swin import (
     SwinBackbone,
     SwinConfig,
@@ -45,6 +53,11 @@ register_auto_classes()
 register_peft_defaults(list(MODEL_TYPES))  # only when peft is installed
 
 __all__ = [
+    "DetrConfig",
+    "DetrForObjectDetection",
+    "DetrImageProcessor",
+    "DetrModel",
+    "DetrPreTrainedModel",
     "MODEL_TYPES",
     "PRESETS",
     "SwinBackbone",
@@ -67,6 +80,7 @@ __all__ = [
     "XFormerForSequenceClassification",
     "XFormerModel",
     "XFormerPreTrainedModel",
+    "XcvDetrImageProcessor",
     "XcvSwinImageProcessor",
     "XcvViTImageProcessor",
     "available_attention_types",

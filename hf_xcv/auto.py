@@ -12,6 +12,7 @@ from transformers import (
     AutoModel,
     AutoModelForCausalLM,
     AutoModelForImageClassification,
+    AutoModelForObjectDetection,
     AutoModelForSeq2SeqLM,
     AutoModelForSequenceClassification,
     AutoTokenizer,
@@ -19,6 +20,8 @@ from transformers import (
 )
 from transformers.models.auto.image_processing_auto import IMAGE_PROCESSOR_MAPPING
 
+from .models.detr import DetrConfig, DetrForObjectDetection, DetrModel, XcvDetrImageProcessor
+from .models.detr.modeling_detr import detr_dummy_inputs
 from .models.swin import SwinBackbone, SwinConfig, SwinForImageClassification, SwinModel, XcvSwinImageProcessor
 from .models.swin.modeling_swin import swin_dummy_inputs
 from .models.transformer import TransformerConfig, TransformerForConditionalGeneration, TransformerModel
@@ -89,6 +92,14 @@ MODEL_TYPES: dict[str, ModelEntry] = {
             dummy_inputs=swin_dummy_inputs,
         ),
         ModelEntry(
+            config=DetrConfig,
+            base_model=DetrModel,
+            heads={"AutoModelForObjectDetection": DetrForObjectDetection},
+            image_processor=XcvDetrImageProcessor,
+            test_preset="detr-test-tiny",
+            dummy_inputs=detr_dummy_inputs,
+        ),
+        ModelEntry(
             config=TransformerConfig,
             base_model=TransformerModel,
             heads={"AutoModelForSeq2SeqLM": TransformerForConditionalGeneration},
@@ -112,6 +123,7 @@ MODEL_TYPES: dict[str, ModelEntry] = {
 # The Auto classes hf_xcv registers task models with, by name (the keys of ModelEntry.heads).
 AUTO_CLASSES = {
     "AutoModelForImageClassification": AutoModelForImageClassification,
+    "AutoModelForObjectDetection": AutoModelForObjectDetection,
     "AutoModelForSeq2SeqLM": AutoModelForSeq2SeqLM,
     "AutoModelForSequenceClassification": AutoModelForSequenceClassification,
     "AutoModelForCausalLM": AutoModelForCausalLM,
@@ -138,6 +150,7 @@ def register_auto_classes() -> None:
 # The pipeline task of each Auto class (for model cards); a bare model extracts features.
 PIPELINE_TAGS = {
     "AutoModelForImageClassification": "image-classification",
+    "AutoModelForObjectDetection": "object-detection",
     "AutoModelForSeq2SeqLM": "translation",
     "AutoModelForSequenceClassification": "text-classification",
     "AutoModelForCausalLM": "text-generation",

@@ -55,6 +55,7 @@ _CONFIG_KWARGS = frozenset({"num_labels", "attn_implementation", "output_attenti
 def check_known_fields(config_class: type, overrides: Mapping[str, Any]) -> None:
     """Reject keys that are not fields of ``config_class`` (a typo would otherwise be a silent no-op)."""
     known = {field.name for field in dataclasses.fields(config_class)} | _CONFIG_KWARGS
+    known |= set(config_class.attribute_map)  # aliases (DETR's attention_type for encoder_attention_type)
     unknown = sorted(set(overrides) - known)
     if unknown:
         raise ValueError(f"{config_class.__name__} has no field {unknown}; its fields: {sorted(known)}")

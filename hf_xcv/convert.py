@@ -3,6 +3,8 @@
     hf-xcv-convert vit --input google/vit-base-patch16-224 --output vit-b16-xcv --verify
     hf-xcv-convert swin --input microsoft/swin-tiny-patch4-window7-224 --output swin-t-xcv --verify
     hf-xcv-convert swin --input swin_tiny_patch4_window7_224.pth --output swin-t-xcv --verify
+    hf-xcv-convert detr --input facebook/detr-resnet-50 --output detr-r50-xcv --verify
+    hf-xcv-convert detr --input detr-r50-e632da11.pth --output detr-r50-xcv --verify
     hf-xcv-convert marian --input Helsinki-NLP/opus-mt-en-de --output opus-mt-en-de-xcv --verify
     hf-xcv-convert to-transformers --input runs/digits --output digits-for-transformers --verify
 
@@ -20,6 +22,7 @@ FORMATS = {
     "vit": "hf_xcv.cli.convert_vit",
     "marian": "hf_xcv.cli.convert_marian",
     "swin": "hf_xcv.cli.convert_swin",
+    "detr": "hf_xcv.cli.convert_detr",
     "to-transformers": "hf_xcv.cli.export_to_transformers",
 }
 

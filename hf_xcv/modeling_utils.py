@@ -93,6 +93,9 @@ class XcvPreTrainedModel(PreTrainedModel):
     # Weights whose shape follows a setting that fine-tuning may change (a window, a resolution), as regexes over
     # state-dict keys: a checkpoint of another shape is resampled by :meth:`resample_weight`, and logged.
     _resampled_weights: ClassVar[tuple[str, ...]] = ()
+    # Parameters whose gradient is exactly zero by the architecture (regexes over parameter names), e.g. a
+    # projection whose input is always zero; the registry-driven tests check that it is zero and that no other is.
+    _structurally_zero_gradients: ClassVar[tuple[str, ...]] = ()
 
     def resample_weight(self, key: str, tensor: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor | None:
         """``tensor`` (a checkpoint's ``key``) resampled to the model's ``shape``; None when it cannot be."""

@@ -55,9 +55,28 @@ def _xformer(hidden: int, layers: int, heads: int, mlp: int, **more: Any) -> dic
     return dict(hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads, intermediate_size=mlp, **more)
 
 
+def _detr(depths: list[int], dilation: bool = False, **more: Any) -> dict:
+    """DETR on a ResNet of ``depths`` (bottleneck blocks, C5 only), COCO's 91 category ids."""
+    backbone = {"model_type": "resnet", "depths": depths, "layer_type": "bottleneck", "out_features": ["stage4"]}
+    return dict(backbone_config=backbone, dilation=dilation, num_labels=91, **more)
+
+
+def _small_resnet(width: int, depths: list[int] | None = None) -> dict:
+    """A small transformers ResNet (bottleneck blocks, C5 only) for the demo and test DETRs."""
+    return {
+        "model_type": "resnet",
+        "depths": depths or [1, 1, 1, 1],
+        "layer_type": "bottleneck",
+        "embedding_size": width,
+        "hidden_sizes": [width * 2**i for i in range(4)],
+        "out_features": ["stage4"],
+    }
+
+
 _VIT_PAPER = "Dosovitskiy et al. 2020, Table 1"
 _TRANSFORMER_PAPER = "Vaswani et al. 2017, Tables 2-3"
 _SWIN_PAPER = "Liu et al. 2021 (Swin), Table 1a: ImageNet-1K"
+_DETR_PAPER = "Carion et al. 2020 (DETR), Table 1 / README: COCO val2017 box AP, 500 epochs"
 _DEIT_PAPER = "Touvron et al. 2021 (DeiT), ImageNet-1k only, 224px"
 
 PRESETS: dict[str, Preset] = {
@@ -110,6 +129,46 @@ PRESETS: dict[str, Preset] = {
     ),
     "swin-test-tiny": Preset(
         "xcv_swin", _swin(16, [2, 2], [2, 4], window=2, image=16, patch_size=2, drop_path_rate=0.1), "test fixture"
+    ),
+    "detr-resnet-50": Preset(
+        "xcv_detr", _detr([3, 4, 6, 3]), f"{_DETR_PAPER}: AP 42.0 (AP50 62.4, APs 20.5, APm 45.8, APl 61.1)", "41M"
+    ),
+    "detr-resnet-50-dc5": Preset("xcv_detr", _detr([3, 4, 6, 3], dilation=True), f"{_DETR_PAPER}: AP 43.3", "41M"),
+    "detr-resnet-101": Preset("xcv_detr", _detr([3, 4, 23, 3]), f"{_DETR_PAPER}: AP 43.5", "60M"),
+    "detr-resnet-101-dc5": Preset("xcv_detr", _detr([3, 4, 23, 3], dilation=True), f"{_DETR_PAPER}: AP 44.9", "60M"),
+    # The demo model: trains on the built-in shapes scenes (64-96 px) in minutes on 2 CPU cores.
+    "detr-shapes": Preset(
+        "xcv_detr",
+        dict(
+            backbone_config=_small_resnet(16),
+            d_model=64,
+            encoder_layers=2,
+            decoder_layers=2,
+            encoder_attention_heads=4,
+            decoder_attention_heads=4,
+            encoder_ffn_dim=128,
+            decoder_ffn_dim=128,
+            num_queries=10,
+        ),
+        "hf_xcv demo on the built-in shapes scenes (see README for the measured mAP)",
+    ),
+    "detr-test-tiny": Preset(
+        "xcv_detr",
+        dict(
+            backbone_config=_small_resnet(8),
+            d_model=16,
+            encoder_layers=2,
+            decoder_layers=2,
+            encoder_attention_heads=2,
+            decoder_attention_heads=2,
+            encoder_ffn_dim=32,
+            decoder_ffn_dim=32,
+            num_queries=6,
+            dropout=0.0,
+            attention_dropout=0.0,
+            activation_dropout=0.0,
+        ),
+        "test fixture",
     ),
     "transformer-base": Preset(
         "xcv_transformer",

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 from collections.abc import Callable
+from typing import Any
 
-from hf_xcv.conversion import convert_checkpoint
+from hf_xcv.conversion import atomic_directory, check_converted, convert_checkpoint, save_safetensors
 
 # verify(source, converted, tolerance, revision) -> worst |delta|; raises ValueError above tolerance
 Verifier = Callable[[str, str, float, "str | None"], float]
@@ -59,3 +61,22 @@ def check_deltas(deltas: dict[str, float], tolerance: float) -> float:
     if worst > tolerance:
         raise ValueError(f"verification failed: max |delta| {deltas} > {tolerance:.1e}")
     return worst
+
+
+def write_converted(
+    config: dict[str, Any],
+    state_dict: dict[str, Any],
+    processor: Any,
+    output: str,
+    target_model_type: str,
+    source: str,
+    overwrite: bool,
+) -> None:
+    """Write an hf_xcv folder (config, weights, processor) converted from an original file, atomically, after
+    checking that the weights fill the model the config describes."""
+    check_converted(config, state_dict, target_model_type, source)
+    with atomic_directory(output, overwrite=overwrite) as staging:
+        save_safetensors(state_dict, staging / "model.safetensors")
+        with open(staging / "config.json", "w") as handle:
+            json.dump(config, handle, indent=2, sort_keys=True)
+        processor.save_pretrained(staging)

@@ -17,18 +17,16 @@ hf_xcv's on the result with the same random pixels, and deletes the output again
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 
 import torch
 
 import hf_xcv
-from hf_xcv.conversion import atomic_directory, check_converted, save_safetensors
 from hf_xcv.conversion import swin as mapping
 from hf_xcv.layers import to_pair
 
-from .conversion import check_deltas, run
+from .conversion import check_deltas, run, write_converted
 
 _TO_TRANSFORMERS = "attention.relative_position_bias.relative_position_bias_table"
 
@@ -40,14 +38,9 @@ def is_official_file(source: str) -> bool:
 def convert_official_file(source: str, output: str, image_size: int | None, overwrite: bool) -> list[str]:
     """Write the hf_xcv folder of an original ``.pth`` (config, weights, processor), atomically."""
     config, state_dict, dropped = mapping.convert_official(mapping.load_official(source), image_size)
-    check_converted(config, state_dict, mapping.TARGET_MODEL_TYPE, source)
     side = to_pair(config["image_size"])[0]
     processor = hf_xcv.XcvSwinImageProcessor(crop_size={"height": side, "width": side}, crop_pct=224 / 256)
-    with atomic_directory(output, overwrite=overwrite) as staging:
-        save_safetensors(state_dict, staging / "model.safetensors")
-        with open(staging / "config.json", "w") as handle:
-            json.dump(config, handle, indent=2, sort_keys=True)
-        processor.save_pretrained(staging)
+    write_converted(config, state_dict, processor, output, mapping.TARGET_MODEL_TYPE, source, overwrite)
     return dropped
 
 

@@ -40,6 +40,7 @@ CONVERTERS: dict[tuple[str, str], str] = {
     ("xcv_vit", "vit"): "hf_xcv.conversion.vit",
     ("xcv_transformer", "marian"): "hf_xcv.conversion.marian",
     ("xcv_swin", "swin"): "hf_xcv.conversion.swin",
+    ("xcv_detr", "detr"): "hf_xcv.conversion.detr",
 }
 
 

@@ -124,3 +124,17 @@ def atomic_directory(target: str | os.PathLike, overwrite: bool = False) -> Iter
 def save_safetensors(state_dict: dict[str, torch.Tensor], path: str | os.PathLike) -> None:
     """Write a contiguous copy of every tensor as safetensors with the ``pt`` format tag."""
     save_file({k: v.detach().contiguous() for k, v in state_dict.items()}, str(path), metadata={"format": "pt"})
+
+
+def load_pth_state_dict(path: str) -> dict[str, Any]:
+    """The state dict of an original repository's ``.pth`` (under ``"model"``, or bare), read with
+    ``weights_only=True``; a truncated or foreign file is refused by name."""
+    try:
+        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # a truncated or foreign file: say so by name
+        raise ValueError(f"{path} is not a readable PyTorch checkpoint: {err}") from err
+    if isinstance(checkpoint, dict) and isinstance(checkpoint.get("model"), dict):
+        checkpoint = checkpoint["model"]
+    if not isinstance(checkpoint, dict) or not all(isinstance(v, torch.Tensor) for v in checkpoint.values()):
+        raise ValueError(f"{path} holds no state dict (expected tensors under 'model')")
+    return checkpoint

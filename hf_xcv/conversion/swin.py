@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from .checkpoint_io import load_pth_state_dict
 from .rules import Rule, rename_keys
 
 SOURCE_MODEL_TYPE = "swin"
@@ -214,12 +215,4 @@ def convert_official(
 
 def load_official(path: str) -> dict[str, torch.Tensor]:
     """The state dict of an original ``.pth`` (under ``"model"``, or bare), read with ``weights_only=True``."""
-    try:
-        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as err:  # a truncated or foreign file: say so by name
-        raise ValueError(f"{path} is not a readable PyTorch checkpoint: {err}") from err
-    if isinstance(checkpoint, dict) and isinstance(checkpoint.get("model"), dict):
-        checkpoint = checkpoint["model"]
-    if not isinstance(checkpoint, dict) or not all(isinstance(v, torch.Tensor) for v in checkpoint.values()):
-        raise ValueError(f"{path} holds no state dict (expected tensors under 'model')")
-    return checkpoint
+    return load_pth_state_dict(path)

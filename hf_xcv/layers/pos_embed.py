@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import nn
 
@@ -71,3 +73,39 @@ class SinusoidalPositionEmbedding(nn.Module):
 
     def forward(self, position_ids: torch.Tensor) -> torch.Tensor:
         return nn.functional.embedding(position_ids, self.table)
+
+
+def sine_position_embedding_2d(
+    valid: torch.Tensor,
+    num_pos_feats: int = 128,
+    temperature: float = 10000.0,
+    normalize: bool = True,
+    scale: float = 2 * math.pi,
+    offset: float = 0.0,
+    eps: float = 1e-6,
+) -> torch.Tensor:
+    """The 2-D sine positions of DETR from a (B, H, W) boolean mask of valid (unpadded) pixels: (B, 2F, H, W).
+
+    Row and column indices are the running counts of valid pixels (``cumsum``), so padding never shifts them;
+    with ``normalize`` they are divided by the valid extent of their row/column and multiplied by ``scale``,
+    so every image spans [0, scale] over its own valid region whatever the batch's padding. ``offset`` is
+    subtracted before the division (Deformable DETR uses -0.5: cell centres). Frequency of feature i:
+    ``temperature ** (2 * (i // 2) / F)``; even features take the sine, odd the cosine (interleaved); the y
+    features come first, then x. Always computed in float32 (the caller casts), as the original: cumulative
+    sums in half precision lose whole pixels on large images.
+    """
+    if valid.dim() != 3:
+        raise ValueError(f"the mask must be (batch, height, width), got {tuple(valid.shape)}")
+    mask = valid.to(torch.float32)
+    y_embed = mask.cumsum(1) + offset  # (B, H, W)
+    x_embed = mask.cumsum(2) + offset
+    if normalize:
+        y_embed = y_embed / (y_embed[:, -1:, :] - offset + eps) * scale
+        x_embed = x_embed / (x_embed[:, :, -1:] - offset + eps) * scale
+    index = torch.arange(num_pos_feats, dtype=torch.float32, device=valid.device)
+    dim_t = temperature ** (2 * torch.div(index, 2, rounding_mode="floor") / num_pos_feats)  # (F,)
+    pos_x = x_embed[..., None] / dim_t  # (B, H, W, F)
+    pos_y = y_embed[..., None] / dim_t
+    pos_x = torch.stack((pos_x[..., 0::2].sin(), pos_x[..., 1::2].cos()), dim=4).flatten(3)  # (B, H, W, F)
+    pos_y = torch.stack((pos_y[..., 0::2].sin(), pos_y[..., 1::2].cos()), dim=4).flatten(3)
+    return torch.cat((pos_y, pos_x), dim=3).permute(0, 3, 1, 2)  # (B, 2F, H, W)

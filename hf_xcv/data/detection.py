@@ -1,0 +1,161 @@
+"""Object-detection data: COCO-layout ``datasets`` rows -> DETR examples, and a collator that pads them.
+
+Boxes in the labels are relative to each image's unpadded size (see ``XcvDetrImageProcessor``), so padding a
+batch changes the pixels and the mask, never the labels.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+Processor = Callable[..., Any]
+
+
+def _pad_hw(pad_size: Any) -> tuple[int, int] | None:
+    """None, (height, width) or {"height", "width"} (a dict or transformers' SizeDict) -> (height, width)."""
+    if pad_size is None:
+        return None
+    if isinstance(pad_size, (tuple, list)) and len(pad_size) == 2:
+        return int(pad_size[0]), int(pad_size[1])
+    height, width = (getattr(pad_size, "get", lambda key: None)(key) for key in ("height", "width"))
+    if height is None or width is None:
+        raise ValueError(f'pad_size must be (height, width) or {{"height": int, "width": int}}, got {pad_size!r}')
+    return int(height), int(width)
+
+
+def _pixel_values(sample: Mapping[str, Any], index: int) -> torch.Tensor:
+    if "pixel_values" not in sample:
+        raise ValueError(f"sample {index} of the batch has no 'pixel_values' (keys: {sorted(sample)})")
+    value = torch.as_tensor(np.asarray(sample["pixel_values"]), dtype=torch.float32)
+    if value.ndim != 3:
+        raise ValueError(f"sample {index}: pixel_values must be (channels, height, width), got {tuple(value.shape)}")
+    return value
+
+
+def _labels(labels: Mapping[str, Any]) -> dict[str, torch.Tensor]:
+    return {key: torch.as_tensor(np.asarray(value)) for key, value in labels.items()}
+
+
+class DetectionCollator:
+    """Pad ``pixel_values`` of different sizes at the bottom/right into one batch with a ``pixel_mask``.
+
+    Args:
+        image_processor: optional; its ``pad_size`` is used when ``pad_size`` is not given.
+        pad_size: pad every batch to this (height, width) (or ``{"height", "width"}``) instead of its largest
+            image, e.g. for fixed shapes on accelerators.
+
+    ``__call__(features)`` takes dicts with ``pixel_values`` ((C, H, W) tensor or array) and optionally ``labels``
+    (a dict per image) and returns ``pixel_values`` (B, C, H, W) float32, ``pixel_mask`` (B, H, W) int64
+    (1 = image, 0 = padding) and ``labels`` (a list of dicts of tensors, unchanged).
+    """
+
+    def __init__(self, image_processor: Processor | None = None, pad_size: Any = None) -> None:
+        if pad_size is None and image_processor is not None:
+            pad_size = getattr(image_processor, "pad_size", None)
+        self.pad_size = _pad_hw(pad_size)
+
+    def __call__(self, features: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        if len(features) == 0:
+            raise ValueError("cannot collate an empty batch: got no features")
+        images = [_pixel_values(sample, index) for index, sample in enumerate(features)]
+        if len({image.shape[0] for image in images}) > 1:
+            raise ValueError(f"the samples have different channel counts {[image.shape[0] for image in images]}")
+        height, width = self.pad_size or (max(i.shape[1] for i in images), max(i.shape[2] for i in images))
+        pixel_values = images[0].new_zeros((len(images), images[0].shape[0], height, width))  # (B, C, H, W)
+        pixel_mask = torch.zeros((len(images), height, width), dtype=torch.long)  # (B, H, W)
+        for index, image in enumerate(images):
+            h, w = image.shape[1:]
+            if h > height or w > width:
+                raise ValueError(f"sample {index} is {h}x{w} (height x width), larger than pad_size {height}x{width}")
+            pixel_values[index, :, :h, :w] = image
+            pixel_mask[index, :h, :w] = 1
+        batch: dict[str, Any] = {"pixel_values": pixel_values, "pixel_mask": pixel_mask}
+        with_labels = ["labels" in sample for sample in features]
+        if any(with_labels) and not all(with_labels):
+            raise ValueError(f"samples {[i for i, x in enumerate(with_labels) if not x]} have no 'labels'; others do")
+        if all(with_labels):
+            batch["labels"] = [_labels(sample["labels"]) for sample in features]
+        return batch
+
+
+def _seed_key(image_id: Any) -> int:
+    """A non-negative int for ``numpy.random.SeedSequence`` from any image id."""
+    if isinstance(image_id, (int, np.integer)) and image_id >= 0:
+        return int(image_id)
+    return zlib.crc32(repr(image_id).encode())
+
+
+class DetectionTransform:
+    """What :func:`detection_transform` returns: a callable for ``Dataset.with_transform``.
+
+    With ``augment`` and a ``seed``, image ``image_id`` seen for the ``n``-th time (by this object) in epoch ``e``
+    is augmented with ``numpy.random.default_rng([seed, e, image_id, n])``: a rerun with the same data order gives
+    the same augmentations, and every pass over the data new ones. In the main process the visit counter ``n``
+    advances by itself; DataLoader workers work on copies, so with ``num_workers > 0`` call ``set_epoch`` before
+    each epoch (it also resets the counters) to get new augmentations per epoch.
+    """
+
+    def __init__(self, image_processor: Processor, augment: bool = False, seed: int | None = None) -> None:
+        if seed is not None and not (isinstance(seed, (int, np.integer)) and seed >= 0):
+            raise ValueError(f"seed must be a non-negative integer or None, got {seed!r}")
+        self.image_processor = image_processor
+        self.augment = augment
+        self.seed = seed
+        self.epoch = 0
+        self._visits: Counter = Counter()
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = int(epoch)
+        self._visits.clear()
+
+    def _generator(self, image_id: Any) -> np.random.Generator | None:
+        if not self.augment or self.seed is None:
+            return None  # the processor draws fresh entropy when augmenting
+        key = _seed_key(image_id)
+        visit = self._visits[key]
+        self._visits[key] += 1
+        return np.random.default_rng([self.seed, self.epoch, key, visit])
+
+    def __call__(self, batch: Mapping[str, list]) -> dict[str, list]:
+        missing = [column for column in ("image", "image_id", "annotations") if column not in batch]
+        if missing:
+            raise KeyError(f"the dataset has no column(s) {missing}; columns: {sorted(batch)}")
+        pixel_values, labels = [], []
+        for image, image_id, objects in zip(batch["image"], batch["image_id"], batch["annotations"]):
+            out = self.image_processor(
+                image,
+                annotations={"image_id": image_id, "annotations": objects},
+                return_tensors="pt",
+                do_augment=self.augment,
+                do_pad=False,  # the collator pads the batch
+                generator=self._generator(image_id),
+            )
+            pixel_values.append(out["pixel_values"][0])
+            labels.append(out["labels"][0])
+        return {"pixel_values": pixel_values, "labels": labels}
+
+
+def detection_transform(
+    image_processor: Processor, augment: bool = False, seed: int | None = None
+) -> DetectionTransform:
+    """A function for ``datasets.Dataset.with_transform`` turning COCO-layout rows into DETR examples.
+
+    Rows have ``image`` (PIL image, array or tensor), ``image_id`` (int) and ``annotations``: a list of dicts or
+    a dict of lists with ``bbox`` ([x, y, width, height] pixels), ``category_id``, ``area``, ``iscrowd`` and
+    ``id``. Each row becomes ``pixel_values`` ((3, H, W) float32, unpadded: :class:`DetectionCollator` pads) and
+    ``labels`` (the processor's dict of tensors).
+
+    Args:
+        image_processor: an ``XcvDetrImageProcessor`` (anything with its call signature).
+        augment: apply the processor's DETR training augmentations (for the training split).
+        seed: make the augmentations reproducible (see :class:`DetectionTransform` for how seeds are derived).
+
+    With ``Trainer``, set ``remove_unused_columns=False``: the transform needs the raw columns.
+    """
+    return DetectionTransform(image_processor, augment=augment, seed=seed)

@@ -1,0 +1,363 @@
+"""DETR: parity with transformers' DetrForObjectDetection, conversion (transformers on-disk / in-memory / timm
+layouts, the original .pth), the original training behaviour where transformers departs from it, backbones,
+padding invariance, export, the pipeline and bad inputs."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+import torch
+import transformers
+from transformers import AutoModelForObjectDetection, ResNetConfig
+
+import hf_xcv
+from hf_xcv import DetrConfig, DetrForObjectDetection, DetrModel, preset_config
+from hf_xcv.cli import convert_detr
+from hf_xcv.conversion import detr as mapping
+from hf_xcv.layers import FrozenBatchNorm2d
+
+RESNET = dict(out_features=["stage4"], depths=[1, 2, 1, 1], hidden_sizes=[16, 32, 64, 128], embedding_size=16)
+SIZES = dict(
+    d_model=32,
+    encoder_layers=2,
+    decoder_layers=2,
+    encoder_ffn_dim=64,
+    decoder_ffn_dim=64,
+    num_queries=5,
+    encoder_attention_heads=4,
+    decoder_attention_heads=4,
+    num_labels=3,
+)
+
+
+def randomize_norms(model: torch.nn.Module) -> None:
+    """Non-trivial BatchNorm statistics and LayerNorms, so that parity means something."""
+    generator = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for name, tensor in [*model.named_buffers(), *model.named_parameters()]:
+            if name.endswith("running_var") or (
+                name.endswith("weight") and ("normalization" in name or "norm" in name)
+            ):
+                tensor.copy_(torch.rand(tensor.shape, generator=generator) + 0.5)
+            elif name.endswith("running_mean") or (
+                name.endswith("bias") and ("normalization" in name or "norm" in name)
+            ):
+                tensor.copy_(0.1 * torch.randn(tensor.shape, generator=generator))
+
+
+@pytest.fixture(scope="module")
+def theirs() -> transformers.DetrForObjectDetection:
+    torch.manual_seed(0)
+    config = transformers.DetrConfig(use_timm_backbone=False, backbone_config=ResNetConfig(**RESNET), **SIZES)
+    model = transformers.DetrForObjectDetection(config).eval()
+    randomize_norms(model)
+    return model
+
+
+def padded_batch() -> tuple[torch.Tensor, torch.Tensor]:
+    """Two images of different sizes (128x96 and 64x64) padded with zeros to 128x96, and their pixel mask."""
+    generator = torch.Generator().manual_seed(0)
+    pixels = torch.randn(2, 3, 128, 96, generator=generator)
+    mask = torch.ones(2, 128, 96, dtype=torch.long)
+    mask[1, 64:] = 0
+    mask[1, :, 64:] = 0
+    return pixels * mask[:, None], mask
+
+
+def assert_same_detections(a, b, atol: float = 1e-4) -> None:
+    torch.testing.assert_close(a.logits, b.logits, atol=atol, rtol=0)
+    torch.testing.assert_close(a.pred_boxes, b.pred_boxes, atol=atol, rtol=0)
+
+
+def test_transformers_folder_loads_by_conversion_with_the_same_detections(theirs, tmp_path):
+    theirs.save_pretrained(tmp_path)  # transformers writes its v4 names (conv_encoder, fc1, out_proj)
+    keys = json.load(open(tmp_path / "config.json"))
+    assert keys["model_type"] == "detr"
+    # transformers' own Auto class still gives transformers' model (import hf_xcv changes nothing); ours converts
+    assert type(AutoModelForObjectDetection.from_pretrained(tmp_path)) is transformers.DetrForObjectDetection
+    ours = DetrForObjectDetection.from_pretrained(tmp_path)
+    pixels, mask = padded_batch()
+    with torch.no_grad():
+        assert_same_detections(theirs(pixel_values=pixels, pixel_mask=mask), ours.eval()(pixels, mask))
+    # transformers' inference-time settings become the original's training recipe (see the converter)
+    assert ours.config.auxiliary_loss and ours.config.attention_dropout == 0.1
+
+
+def test_in_memory_names_convert_too(theirs):
+    state_dict, dropped = mapping.convert_state_dict(theirs.state_dict())
+    assert not dropped
+    ours = DetrForObjectDetection(DetrConfig(backbone_config=ResNetConfig(**RESNET), **SIZES)).eval()
+    ours.load_state_dict(state_dict, strict=True)
+    pixels, mask = padded_batch()
+    with torch.no_grad():
+        assert_same_detections(theirs(pixel_values=pixels, pixel_mask=mask), ours(pixels, mask))
+
+
+def torchvision_names(state_dict: dict[str, torch.Tensor], prefix: str, new_prefix: str) -> dict[str, torch.Tensor]:
+    """transformers' ResNet keys under ``prefix`` renamed to torchvision's (the inverse of the converter's map)."""
+    inverse = {}
+    for key, tensor in state_dict.items():
+        if not key.startswith(prefix):
+            inverse[key] = tensor
+            continue
+        inner = key[len(prefix) :]
+        inner = inner.replace("embedder.embedder.convolution", "conv1").replace(
+            "embedder.embedder.normalization", "bn1"
+        )
+        inner = re.sub(
+            r"encoder\.stages\.(\d+)\.layers\.(\d+)\.",
+            lambda m: f"layer{int(m.group(1)) + 1}.{m.group(2)}.",
+            inner,
+        )
+        inner = re.sub(r"layer\.(\d)\.convolution", lambda m: f"conv{int(m.group(1)) + 1}", inner)
+        inner = re.sub(r"layer\.(\d)\.normalization", lambda m: f"bn{int(m.group(1)) + 1}", inner)
+        inner = inner.replace("shortcut.convolution", "downsample.0").replace("shortcut.normalization", "downsample.1")
+        inverse[new_prefix + inner] = tensor
+    return inverse
+
+
+def test_timm_backed_transformers_checkpoints_map_onto_transformers_resnet(theirs):
+    """The Hub's facebook/detr-resnet-50 has a timm ResNet (torchvision names) under backbone.conv_encoder.model."""
+    timm_layout = torchvision_names(theirs.state_dict(), "model.backbone.model.", "model.backbone.conv_encoder.model.")
+    assert "model.backbone.conv_encoder.model.layer2.1.bn3.running_var" in timm_layout
+    state_dict, _ = mapping.convert_state_dict(timm_layout)
+    torch.testing.assert_close(state_dict, dict(theirs.state_dict()))
+    config = mapping.convert_config({"model_type": "detr", "use_timm_backbone": True, "backbone": "resnet101"})
+    assert config["backbone_config"]["depths"] == [3, 4, 23, 3]
+
+
+def original_layout(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """A facebookresearch/detr state dict of the same weights: fused in_proj, numbered norms, torchvision names."""
+    out = torchvision_names(model.state_dict(), "model.backbone.model.", "backbone.0.body.")
+    renamed: dict[str, torch.Tensor] = {}
+    norms = {
+        "encoder": {"self_attn_layer_norm": "norm1", "final_layer_norm": "norm2"},
+        "decoder": {"self_attn_layer_norm": "norm1", "encoder_attn_layer_norm": "norm2", "final_layer_norm": "norm3"},
+    }
+    for key, tensor in out.items():
+        key = key.replace("model.input_projection", "input_proj").replace(
+            "model.query_position_embeddings", "query_embed"
+        )
+        key = key.replace("model.decoder.layernorm", "transformer.decoder.norm")
+        key = key.replace("class_labels_classifier", "class_embed").replace("bbox_predictor", "bbox_embed")
+        if match := re.fullmatch(r"model\.(encoder|decoder)\.layers\.(\d+)\.(.*)", key):
+            stack, index, rest = match.groups()
+            rest = rest.replace("encoder_attn.", "multihead_attn.").replace("o_proj", "out_proj")
+            rest = rest.replace("mlp.fc1", "linear1").replace("mlp.fc2", "linear2")
+            for name, number in norms[stack].items():
+                rest = rest.replace(name, number)
+            key = f"transformer.{stack}.layers.{index}.{rest}"
+        renamed[key] = tensor
+    fused: dict[str, torch.Tensor] = {}
+    for key, tensor in renamed.items():
+        if match := re.fullmatch(r"(.*)\.(q|k|v)_proj\.(weight|bias)", key):
+            if match.group(2) == "q":
+                parts = [renamed[f"{match.group(1)}.{p}_proj.{match.group(3)}"] for p in "qkv"]
+                fused[f"{match.group(1)}.in_proj_{match.group(3)}"] = torch.cat(parts)
+            continue
+        fused[key] = tensor
+    return fused
+
+
+def test_original_checkpoint_converts_strictly_and_verifies(theirs, tmp_path, capsys):
+    original = original_layout(theirs)
+    assert "transformer.decoder.layers.1.multihead_attn.in_proj_weight" in original
+    path = tmp_path / "detr.pth"
+    torch.save({"model": original, "args": None}, path)
+    out = tmp_path / "converted"
+    convert_detr.main(["--input", str(path), "--output", str(out), "--num_heads", "4", "--verify"])
+    assert "verified" in capsys.readouterr().out
+    ours = DetrForObjectDetection.from_pretrained(out).eval()
+    assert ours.config.num_labels == 3 and ours.config.backbone_config.depths == RESNET["depths"]
+    pixels, mask = padded_batch()
+    with torch.no_grad():
+        assert_same_detections(theirs(pixel_values=pixels, pixel_mask=mask), ours(pixels, mask))
+    assert json.load(open(out / "preprocessor_config.json"))["image_processor_type"] == "XcvDetrImageProcessor"
+
+
+def test_conversion_is_strict(theirs, tmp_path):
+    state_dict = dict(theirs.state_dict())
+    with pytest.raises(ValueError, match="no conversion rule"):
+        mapping.convert_state_dict({**state_dict, "model.mask_head.lay1.weight": torch.zeros(1)})
+    original = original_layout(theirs)
+    del original["transformer.encoder.layers.0.linear1.weight"]
+    torch.save({"model": original}, tmp_path / "broken.pth")
+    with pytest.raises(SystemExit, match="linear1|fc1"):
+        convert_detr.main(["--input", str(tmp_path / "broken.pth"), "--output", str(tmp_path / "out")])
+    assert not (tmp_path / "out").exists()
+    torch.save({"model": {"detr.class_embed.weight": torch.zeros(2, 2)}}, tmp_path / "panoptic.pth")
+    with pytest.raises(SystemExit, match="panoptic"):
+        convert_detr.main(["--input", str(tmp_path / "panoptic.pth"), "--output", str(tmp_path / "out")])
+    with pytest.raises(SystemExit, match="no such file"):
+        convert_detr.main(["--input", str(tmp_path / "missing.pth"), "--output", str(tmp_path / "out")])
+
+
+def test_auxiliary_loss_does_not_change_the_forward_as_in_the_original(theirs):
+    """transformers' DETR norms the decoder's chain itself when auxiliary_loss is on (research D4); the original
+    and hf_xcv apply the final LayerNorm to a copy."""
+    state_dict, _ = mapping.convert_state_dict(theirs.state_dict())
+    pixels, mask = padded_batch()
+    outputs = {}
+    for aux in (False, True):
+        ours = DetrForObjectDetection(DetrConfig(backbone_config=ResNetConfig(**RESNET), auxiliary_loss=aux, **SIZES))
+        ours.load_state_dict(state_dict)
+        with torch.no_grad():
+            outputs[aux] = ours.eval()(pixels, mask)
+    assert_same_detections(outputs[False], outputs[True], atol=0)
+    assert len(outputs[True].auxiliary_outputs) == SIZES["decoder_layers"] - 1
+    theirs.config.auxiliary_loss = True
+    try:
+        with torch.no_grad():
+            moved = theirs(pixel_values=pixels, pixel_mask=mask).logits
+    finally:
+        theirs.config.auxiliary_loss = False
+    assert (moved - outputs[True].logits).abs().max() > 1e-3  # transformers' forward moved; ours did not
+
+
+def test_padding_invariance_one_image_alone_or_next_to_a_larger_one():
+    """Everything after the backbone sees an image the same whatever the batch's padding: sine positions over the
+    valid extent only, padded keys masked in the encoder and the decoder's cross-attention, so whatever the padded
+    cells of the feature map hold never reaches an image's detections. (A CNN's receptive field crosses the image
+    border into the padding, in the original and transformers alike — the parity tests run padded batches —
+    which is why the original's AP moves a little with the evaluation batch size.) The backbone is replaced by
+    one that computes each image's features at its own size and fills the padded cells with noise."""
+    model = DetrForObjectDetection(preset_config("detr-test-tiny", num_labels=3)).eval()
+    randomize_norms(model)
+    backbone = model.model.backbone
+    real_forward = backbone.forward
+
+    def per_image_features(pixel_values, valid):
+        features, mask = real_forward(pixel_values, valid)
+        noisy = torch.randn_like(features) * 10
+        for index in range(pixel_values.shape[0]):
+            rows, cols = int(valid[index].any(1).sum()), int(valid[index].any(0).sum())
+            own, _ = real_forward(
+                pixel_values[index : index + 1, :, :rows, :cols], valid[index : index + 1, :rows, :cols]
+            )
+            noisy[index, :, : own.shape[2], : own.shape[3]] = own[0]
+        return noisy, mask
+
+    backbone.forward = per_image_features
+    small = torch.randn(1, 3, 64, 64, generator=torch.Generator().manual_seed(3))
+    batch = torch.zeros(2, 3, 128, 96)
+    batch[0], batch[1, :, :64, :64] = torch.randn(3, 128, 96, generator=torch.Generator().manual_seed(4)), small[0]
+    mask = torch.zeros(2, 128, 96, dtype=torch.long)
+    mask[0], mask[1, :64, :64] = 1, 1
+    with torch.no_grad():
+        alone, together = model(small), model(batch, mask)
+    torch.testing.assert_close(together.logits[1], alone.logits[0], atol=1e-5, rtol=0)
+    torch.testing.assert_close(together.pred_boxes[1], alone.pred_boxes[0], atol=1e-5, rtol=0)
+
+
+def test_backbone_trains_as_the_original_batchnorm_frozen_stem_and_first_stage_frozen():
+    model = DetrForObjectDetection(preset_config("detr-test-tiny", num_labels=3))
+    backbone = model.model.backbone.model
+    assert not any(isinstance(m, torch.nn.BatchNorm2d) for m in model.modules())
+    assert any(isinstance(m, FrozenBatchNorm2d) for m in backbone.modules())
+    assert not any(p.requires_grad for p in backbone.embedder.parameters())
+    assert not any(p.requires_grad for p in backbone.encoder.stages[0].parameters())
+    assert all(p.requires_grad for stage in backbone.encoder.stages[1:] for p in stage.parameters())
+    statistics = {n: b.clone() for n, b in backbone.named_buffers()}
+    inputs = hf_xcv.MODEL_TYPES["xcv_detr"].dummy_inputs(model.train())
+    model(**inputs).loss.backward()
+    assert all(torch.equal(statistics[n], b) for n, b in backbone.named_buffers())  # BatchNorm does not update
+    everything = DetrModel(preset_config("detr-test-tiny", frozen_backbone_stages=-1))
+    assert not any(p.requires_grad for p in everything.backbone.parameters())  # transformers' behaviour, on request
+
+
+def test_dc5_dilates_the_last_stage_and_keeps_the_weights():
+    plain = DetrModel(preset_config("detr-test-tiny"))
+    dc5 = DetrModel(preset_config("detr-test-tiny", dilation=True))
+    dc5.load_state_dict(plain.state_dict())
+    pixels = torch.randn(1, 3, 128, 96)
+    with torch.no_grad():
+        assert plain.backbone(pixels, torch.ones(1, 128, 96, dtype=torch.bool))[0].shape[-2:] == (4, 3)
+        assert dc5.backbone(pixels, torch.ones(1, 128, 96, dtype=torch.bool))[0].shape[-2:] == (8, 6)
+
+
+def test_swin_backbone_plugs_in_through_the_backbone_api():
+    swin = {"model_type": "xcv_swin", "embed_dim": 16, "depths": [1, 1, 2, 1], "num_heads": [2, 2, 4, 4]}
+    swin.update(window_size=2, image_size=64, out_features=["stage4"])
+    config = preset_config("detr-test-tiny", backbone_config=swin, num_labels=3)
+    model = DetrForObjectDetection(config).train()
+    inputs = hf_xcv.MODEL_TYPES["xcv_detr"].dummy_inputs(model)
+    model(**inputs).loss.backward()
+    swin_model = model.model.backbone.model.swin
+    assert not any(p.requires_grad for p in swin_model.embeddings.parameters())
+    assert all(p.grad is not None for p in swin_model.encoder.layers[1].parameters())
+
+
+def test_imagenet_backbone_weights_load_from_a_transformers_resnet_folder(tmp_path):
+    config = preset_config("detr-test-tiny")
+    resnet = transformers.ResNetForImageClassification(ResNetConfig(**config.backbone_config.to_dict()))
+    randomize_norms(resnet)
+    resnet.save_pretrained(tmp_path / "resnet")
+    model = DetrModel(config)
+    model.backbone.load_pretrained(tmp_path / "resnet")
+    ours = model.backbone.model.state_dict()
+    for key, tensor in resnet.resnet.state_dict().items():
+        if not key.endswith("num_batches_tracked"):
+            assert torch.equal(ours[key], tensor), key
+    other = transformers.ResNetModel(ResNetConfig(depths=[1, 1], hidden_sizes=[8, 16], embedding_size=8))
+    other.save_pretrained(tmp_path / "other")
+    with pytest.raises(ValueError, match="lacks .* weights|other shapes"):
+        model.backbone.load_pretrained(tmp_path / "other")
+
+
+def test_positions_stay_float32_under_bfloat16_and_export_matches_eager(tmp_path):
+    model = DetrForObjectDetection(preset_config("detr-test-tiny", num_labels=3)).eval()
+    pixels, mask = padded_batch()
+    with torch.no_grad():
+        expected = model(pixels, mask)
+        exported = torch.export.export(model, (pixels, mask), strict=False)
+        got = exported.module()(pixels, mask)
+    torch.testing.assert_close(got["logits"], expected.logits, atol=1e-5, rtol=0)
+    half = DetrForObjectDetection(preset_config("detr-test-tiny", num_labels=3)).to(torch.bfloat16).eval()
+    with torch.no_grad():
+        out = half(pixels.to(torch.bfloat16), mask)
+    assert out.logits.dtype == torch.bfloat16 and torch.isfinite(out.pred_boxes).all()
+
+
+def test_pipeline_object_detection_runs_on_a_saved_detector(tmp_path):
+    from PIL import Image
+
+    model = DetrForObjectDetection(preset_config("detr-test-tiny", num_labels=3)).eval()
+    model.save_pretrained(tmp_path)
+    hf_xcv.XcvDetrImageProcessor(size={"shortest_edge": 64, "longest_edge": 96}).save_pretrained(tmp_path)
+    detector = transformers.pipeline("object-detection", model=str(tmp_path))
+    image = Image.fromarray((torch.rand(48, 80, 3) * 255).to(torch.uint8).numpy())
+    results = detector(image, threshold=0.0)
+    assert len(results) == model.config.num_queries
+    for result in results:
+        box = result["box"]
+        assert 0 <= box["xmin"] <= box["xmax"] <= 80 and 0 <= box["ymin"] <= box["ymax"] <= 48
+        assert result["label"] in model.config.id2label.values()
+
+
+def test_bad_inputs_are_refused_by_name():
+    model = DetrForObjectDetection(preset_config("detr-test-tiny", num_labels=3))
+    pixels, mask = padded_batch()
+    with pytest.raises(ValueError, match="pixel_mask has shape"):
+        model(pixels, mask[:, :10])
+    with pytest.raises(ValueError, match="channels"):
+        model(pixels[:, :1], mask)
+    with pytest.raises(ValueError, match="one dict per image"):
+        model(pixels, mask, labels=[{"class_labels": torch.zeros(0, dtype=torch.long), "boxes": torch.zeros(0, 4)}])
+    bad = {"class_labels": torch.tensor([7]), "boxes": torch.tensor([[0.5, 0.5, 0.2, 0.2]])}
+    empty = {"class_labels": torch.zeros(0, dtype=torch.long), "boxes": torch.zeros(0, 4)}
+    with pytest.raises(ValueError, match=r"\b7\b"):
+        model(pixels, mask, labels=[empty, bad])
+    for field, value, words in [
+        ("encoder_layerdrop", 0.1, "drops no layers"),
+        ("frozen_backbone_stages", 9, "frozen_backbone_stages"),
+        ("encoder_attention_heads", 3, "does not divide"),
+        ("position_embedding_type", "learned", "position_embedding_type"),
+        ("use_timm_backbone", True, "timm"),
+        ("backbone_config", {"model_type": "resnet", "out_features": ["stage3", "stage4"]}, "one stage"),
+    ]:
+        with pytest.raises(ValueError, match=words):
+            preset_config("detr-test-tiny", **{field: value}) if field != "use_timm_backbone" else DetrConfig(
+                use_timm_backbone=True
+            )
