@@ -1,5 +1,6 @@
 """Built-in datasets and the collators that turn them into batches."""
 
+from .coco import load_coco_detection, load_coco_split, write_coco_detection
 from .digits import DIGIT_NAMES, load_digits_dataset
 from .image_classification import (
     ImageClassificationCollator,
@@ -7,16 +8,24 @@ from .image_classification import (
     image_classification_transform,
     random_shift,
 )
+from .shapes import SHAPE_CATEGORIES, detection_features, detection_label_names, load_shapes_dataset
 from .translation import load_number_translation_dataset, tokenize_translation_batch, translation_texts
 
 __all__ = [
     "DIGIT_NAMES",
+    "SHAPE_CATEGORIES",
     "ImageClassificationCollator",
+    "detection_features",
+    "detection_label_names",
     "encode_labels",
     "image_classification_transform",
+    "load_coco_detection",
+    "load_coco_split",
     "load_digits_dataset",
     "load_number_translation_dataset",
+    "load_shapes_dataset",
     "random_shift",
     "tokenize_translation_batch",
     "translation_texts",
+    "write_coco_detection",
 ]
