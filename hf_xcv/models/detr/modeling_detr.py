@@ -110,6 +110,8 @@ class DetrBackbone(nn.Module):
 
     def __init__(self, config: DetrConfig):
         super().__init__()
+        if config.backbone_model_type == "resnet":  # no attention: an sdpa request for the detector is not its own
+            config.backbone_config._attn_implementation_internal = "eager"
         self.model = freeze_batch_norms(AutoBackbone.from_config(config.backbone_config))
         if config.dilation:
             dilate_last_stage(self.model)

@@ -1,0 +1,140 @@
+"""training/train_object_detection.py: runs on the built-in scenes and on a COCO folder, resumes exactly, runs
+data-parallel; and hf_xcv's detection collator under transformers' Trainer."""
+
+from __future__ import annotations
+
+import json
+from functools import partial
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from helpers import accelerate_launcher, check, run_script
+from safetensors.torch import load_file
+
+SCRIPT = Path(__file__).resolve().parents[1] / "training" / "train_object_detection.py"
+run = partial(run_script, SCRIPT)
+# Small and quick: 24 scenes in batches of 8, 48-64 px, the tiny test DETR.
+QUICK = [
+    "--shapes_train_size", "24", "--per_device_train_batch_size", "8", "--eval_every_epochs", "0",
+    "--disable_tqdm", "--preset", "detr-test-tiny", "--shortest_edge", "48", "--longest_edge", "64",
+    "--pictures", "2",
+]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def module_env(tmp_path_factory):
+    import os
+
+    env = dict(os.environ)
+    env["HF_HOME"] = str(tmp_path_factory.mktemp("hf-home"))
+    return env
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory, module_env):
+    out = tmp_path_factory.mktemp("runs") / "shapes"
+    check(run(["--output_dir", str(out), "--max_train_steps", "4", "--checkpointing_steps", "2", *QUICK], module_env))
+    return out
+
+
+def test_a_run_leaves_a_hub_ready_folder_with_map_in_its_card_and_pictures(finished_run):
+    names = {p.name for p in finished_run.iterdir()}
+    assert {"config.json", "model.safetensors", "preprocessor_config.json", "README.md", "detections.png"} <= names
+    results = json.loads((finished_run / "all_results.json").read_text())
+    assert results["completed_steps"] == 4 and results["test"]["num_images"] == 200
+    assert 0 <= results["test"]["map"] <= 1 and "map_50" in results["validation"]
+    meta = yaml.safe_load((finished_run / "README.md").read_text().split("---")[1])
+    assert meta["pipeline_tag"] == "object-detection"
+    metrics = {m["type"]: m["value"] for m in meta["model-index"][0]["results"][0]["metrics"]}
+    assert metrics["map"] == pytest.approx(results["test"]["map"])
+    processor = json.loads((finished_run / "preprocessor_config.json").read_text())
+    assert processor["image_processor_type"] == "XcvDetrImageProcessor" and processor["size"]["shortest_edge"] == 48
+    from PIL import Image
+
+    assert Image.open(finished_run / "detections.png").size[0] > 256  # two upscaled tiles side by side
+
+    from transformers import AutoImageProcessor, AutoModelForObjectDetection
+
+    import hf_xcv  # noqa: F401  (registers the model type)
+
+    model = AutoModelForObjectDetection.from_pretrained(finished_run)
+    assert type(model).__name__ == "DetrForObjectDetection" and model.config.id2label[0] == "circle"
+    assert type(AutoImageProcessor.from_pretrained(finished_run)).__name__ == "XcvDetrImageProcessor"
+
+
+def test_recipe_groups_and_step_decay():
+    from hf_xcv.cli import train_object_detection as script
+
+    model = script.build_model(script.ModelArguments(preset="detr-test-tiny"), ["a", "b"])
+    args = script.TrainArguments(output_dir="unused")
+    optimizer, scheduler = script.build_optimizer(model, args, total_steps=30)
+    transformer, backbone = optimizer.param_groups
+    assert transformer["lr"] == 1e-4 and backbone["lr"] == 1e-5 and transformer["weight_decay"] == 1e-4
+    names = {id(p): n for n, p in model.named_parameters()}
+    assert all("backbone" in names[id(p)] for p in backbone["params"])
+    assert not any(p.requires_grad is False for group in optimizer.param_groups for p in group["params"])
+    for _ in range(20):
+        optimizer.step()
+        scheduler.step()
+    assert optimizer.param_groups[0]["lr"] == pytest.approx(1e-5)  # /10 after 2/3 of the run
+
+
+def test_resumed_run_ends_with_the_weights_of_an_uninterrupted_one(module_env, tmp_path):
+    """Stop after 5 steps (checkpoints every 2), resume to 8: crosses epoch boundaries with augmentation and
+    dropout drawing random numbers."""
+    common = [*QUICK, "--max_train_steps", "8", "--checkpointing_steps", "2", "--pictures", "0",
+              "--config_overrides", "dropout=0.1,attention_dropout=0.1,activation_dropout=0.1"]  # fmt: skip
+    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    check(run(["--output_dir", str(straight), *common], module_env))
+    check(run(["--output_dir", str(resumed), "--stop_after_steps", "5", *common], module_env))
+    assert not (resumed / "model.safetensors").exists()
+    log = check(run(["--output_dir", str(resumed), "--resume_from_checkpoint", "latest", *common], module_env))
+    assert "resumed from" in log.stdout
+    a, b = load_file(straight / "model.safetensors"), load_file(resumed / "model.safetensors")
+    assert a.keys() == b.keys()
+    for key in a:
+        assert torch.equal(a[key], b[key]), key
+
+
+def test_a_coco_folder_trains_and_two_processes_gather_every_image_once(module_env, tmp_path):
+    from hf_xcv.data import load_shapes_dataset, write_coco_detection
+
+    write_coco_detection(load_shapes_dataset(24, 10, 12, seed=1), tmp_path / "coco")
+    out = tmp_path / "ddp"
+    args = ["--output_dir", str(out), "--dataset", str(tmp_path / "coco"), "--max_train_steps", "2", *QUICK]
+    check(run(args, module_env, accelerate_launcher(2)))
+    results = json.loads((out / "all_results.json").read_text())
+    assert results["world_size"] == 2
+    assert results["test"]["num_images"] == 12 and results["validation"]["num_images"] == 10  # no duplicates
+
+
+def test_a_bad_dataset_is_refused_before_anything_is_written(module_env, tmp_path):
+    out = tmp_path / "run"
+    result = run(["--output_dir", str(out), "--dataset", str(tmp_path / "nothing-here"), *QUICK], module_env)
+    assert result.returncode != 0 and "nothing-here" in result.stderr
+    assert not out.exists()
+
+
+def test_trainer_trains_a_detr_with_the_detection_collator(tmp_path):
+    from transformers import Trainer, TrainingArguments
+
+    import hf_xcv
+    from hf_xcv.data import load_shapes_dataset
+    from hf_xcv.data.detection import DetectionCollator, detection_transform
+
+    data = load_shapes_dataset(16, 4, 4, image_size=(48, 64))
+    processor = hf_xcv.XcvDetrImageProcessor(size={"shortest_edge": 48, "longest_edge": 64}, num_labels=4)
+    model = hf_xcv.DetrForObjectDetection(hf_xcv.preset_config("detr-test-tiny", num_labels=4))
+    before = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
+    args = TrainingArguments(
+        output_dir=str(tmp_path), max_steps=3, per_device_train_batch_size=4, remove_unused_columns=False,
+        report_to=[], use_cpu=True, save_strategy="no", logging_steps=1,
+    )  # fmt: skip
+    train = data["train"].with_transform(detection_transform(processor, augment=True, seed=0))
+    trainer = Trainer(model=model, args=args, train_dataset=train, data_collator=DetectionCollator(processor))
+    result = trainer.train()
+    assert result.global_step == 3 and torch.isfinite(torch.tensor(result.training_loss))
+    moved = [n for n, p in model.named_parameters() if p.requires_grad and not torch.equal(before[n], p)]
+    assert len(moved) > len(before) // 2
