@@ -12,12 +12,11 @@ default for window attention. Target: hf_xcv sdpa / transformers sdpa <= 1.0.
 from __future__ import annotations
 
 import argparse
-import statistics
 import tempfile
 
 import torch
 import transformers
-from bench_vit import classifier_passes, time_call
+from bench_vit import classifier_passes, interleaved_medians
 
 import hf_xcv
 
@@ -59,15 +58,7 @@ def main() -> None:
         reference = models["transformers sdpa"](pixels).logits
         deltas = {name: (model(pixels).logits - reference).abs().max().item() for name, model in models.items()}
 
-    results = {}
-    for pass_name, step in classifier_passes(pixels):
-        for model in models.values():  # warm-up
-            step(model)
-        times = {name: [] for name in models}
-        for _ in range(args.repeats):
-            for name, model in models.items():
-                times[name].append(time_call(step, model))
-        results[pass_name] = {name: statistics.median(t) for name, t in times.items()}
+    results = interleaved_medians(models, classifier_passes(pixels), args.repeats)
 
     print(f"Swin-T, batch {args.batch}, 224x224, float32, {torch.get_num_threads()} threads, torch {torch.__version__}")
     print("same weights: max |delta logits| against transformers sdpa: " + ", ".join(

@@ -53,6 +53,21 @@ def time_call(step, model) -> float:
     return time.perf_counter() - start
 
 
+def interleaved_medians(models: dict[str, object], passes: list[tuple[str, object]], repeats: int) -> dict:
+    """pass name -> model name -> median seconds of ``repeats`` calls, after one warm-up each; the models take
+    turns within every repeat, so all see the same machine state."""
+    results = {}
+    for pass_name, step in passes:
+        for model in models.values():  # warm-up
+            step(model)
+        times = {name: [] for name in models}
+        for _ in range(repeats):
+            for name, model in models.items():
+                times[name].append(time_call(step, model))
+        results[pass_name] = {name: statistics.median(t) for name, t in times.items()}
+    return results
+
+
 def classifier_passes(pixels: torch.Tensor) -> list[tuple[str, object]]:
     """The timed passes of an image classifier on ``pixels``: ("forward", step), ("forward+backward", step)."""
 
@@ -91,15 +106,7 @@ def main() -> None:
     with torch.no_grad():
         delta = (theirs(pixels).logits - ours(pixels).logits).abs().max().item()
 
-    results = {}
-    for name, step in classifier_passes(pixels):
-        for model in (theirs, ours):  # warm-up
-            step(model)
-        times = {"transformers": [], "hf_xcv": []}
-        for _ in range(args.repeats):
-            times["transformers"].append(time_call(step, theirs))
-            times["hf_xcv"].append(time_call(step, ours))
-        results[name] = {k: statistics.median(v) for k, v in times.items()}
+    results = interleaved_medians({"transformers": theirs, "hf_xcv": ours}, classifier_passes(pixels), args.repeats)
 
     mlp_rows = args.batch * ((224 // 16) ** 2 + 1)
     peak = matmul_gflops(mlp_rows, config.hidden_size, config.intermediate_size)

@@ -61,15 +61,15 @@ def _detr(depths: list[int], dilation: bool = False, **more: Any) -> dict:
     return dict(backbone_config=backbone, dilation=dilation, num_labels=91, **more)
 
 
-def _small_resnet(width: int, depths: list[int] | None = None) -> dict:
-    """A small transformers ResNet (bottleneck blocks, C5 only) for the demo and test DETRs."""
+def _small_resnet(width: int, depths: list[int], layer_type: str = "bottleneck") -> dict:
+    """A small transformers ResNet for the demo and test DETRs; DETR reads its last stage."""
     return {
         "model_type": "resnet",
-        "depths": depths or [1, 1, 1, 1],
-        "layer_type": "bottleneck",
+        "depths": depths,
+        "layer_type": layer_type,
         "embedding_size": width,
-        "hidden_sizes": [width * 2**i for i in range(4)],
-        "out_features": ["stage4"],
+        "hidden_sizes": [width * 2**i for i in range(len(depths))],
+        "out_features": [f"stage{len(depths)}"],
     }
 
 
@@ -140,7 +140,7 @@ PRESETS: dict[str, Preset] = {
     "detr-shapes": Preset(
         "xcv_detr",
         dict(
-            backbone_config=_small_resnet(16),
+            backbone_config=_small_resnet(32, [1, 1, 1], "basic"),  # stride 16: a 6x6 map of a 96 px scene
             d_model=64,
             encoder_layers=2,
             decoder_layers=2,
@@ -155,7 +155,7 @@ PRESETS: dict[str, Preset] = {
     "detr-test-tiny": Preset(
         "xcv_detr",
         dict(
-            backbone_config=_small_resnet(8),
+            backbone_config=_small_resnet(8, [1, 1, 1, 1]),
             d_model=16,
             encoder_layers=2,
             decoder_layers=2,

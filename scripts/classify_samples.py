@@ -13,10 +13,9 @@ import argparse
 from pathlib import Path
 
 import torch
-import yaml
-from transformers import AutoImageProcessor, AutoModelForImageClassification, pipeline
+from reloading import load_trained
+from transformers import AutoModelForImageClassification, pipeline
 
-import hf_xcv  # noqa: F401  (registers the hf_xcv model types)
 from hf_xcv.data import load_digits_dataset
 
 
@@ -27,13 +26,7 @@ def main() -> None:
     parser.add_argument("--min_accuracy", type=float, default=0.0)
     args = parser.parse_args()
 
-    model = AutoModelForImageClassification.from_pretrained(args.folder).eval()
-    processor = AutoImageProcessor.from_pretrained(args.folder)
-    print(
-        f"loaded {type(model).__name__} ({model.config.model_type}) and {type(processor).__name__} from {args.folder}"
-    )
-    meta = yaml.safe_load((args.folder / "README.md").read_text().split("---")[1])
-    recorded = {m["type"]: m["value"] for m in meta["model-index"][0]["results"][0]["metrics"]}
+    model, processor, recorded = load_trained(args.folder, AutoModelForImageClassification)
     print(
         f"model card: test accuracy {recorded['accuracy']:.4f}, top-5 {recorded.get('top5_accuracy', float('nan')):.4f}"
     )

@@ -267,6 +267,27 @@ def test_backbone_trains_as_the_original_batchnorm_frozen_stem_and_first_stage_f
     assert not any(p.requires_grad for p in everything.backbone.parameters())  # transformers' behaviour, on request
 
 
+def test_from_scratch_backbones_keep_ordinary_batchnorm_and_load_frozen_checkpoints(tmp_path):
+    """freeze_batch_norm=False (a backbone without ImageNet weights): BatchNorm normalises with batch statistics
+    and updates them; the weights keep their names, so checkpoints move between the two settings."""
+    frozen = DetrForObjectDetection(preset_config("detr-test-tiny", num_labels=3))
+    frozen.save_pretrained(tmp_path)
+    trainable = DetrForObjectDetection.from_pretrained(tmp_path, freeze_batch_norm=False, frozen_backbone_stages=0)
+    norms = [m for m in trainable.model.backbone.modules() if isinstance(m, torch.nn.BatchNorm2d)]
+    assert norms and not any(isinstance(m, FrozenBatchNorm2d) for m in trainable.modules())
+    assert all(p.requires_grad for p in trainable.model.backbone.parameters())
+    before = norms[0].running_mean.clone()
+    trainable.train()(**hf_xcv.MODEL_TYPES["xcv_detr"].dummy_inputs(trainable)).loss.backward()
+    assert not torch.equal(before, norms[0].running_mean)
+    pixels, mask = padded_batch()
+    with torch.no_grad():  # in eval mode ordinary BatchNorm with the same statistics is the frozen map
+        assert_same_detections(
+            frozen.eval()(pixels, mask),
+            DetrForObjectDetection.from_pretrained(tmp_path, freeze_batch_norm=False).eval()(pixels, mask),
+            atol=1e-5,
+        )
+
+
 def test_dc5_dilates_the_last_stage_and_keeps_the_weights():
     plain = DetrModel(preset_config("detr-test-tiny"))
     dc5 = DetrModel(preset_config("detr-test-tiny", dilation=True))

@@ -110,6 +110,29 @@ def test_a_coco_folder_trains_and_two_processes_gather_every_image_once(module_e
     assert results["test"]["num_images"] == 12 and results["validation"]["num_images"] == 10  # no duplicates
 
 
+def test_imagenet_style_backbone_weights_load_and_the_frozen_stem_stays_as_loaded(module_env, tmp_path):
+    """--backbone_checkpoint: the original recipe (frozen BatchNorm, stem and stage 1 frozen) on loaded weights."""
+    import transformers
+
+    import hf_xcv
+
+    backbone = hf_xcv.preset_config("detr-test-tiny").backbone_config.to_dict()
+    resnet = transformers.ResNetForImageClassification(transformers.ResNetConfig(**backbone))
+    resnet.save_pretrained(tmp_path / "resnet")
+    out = tmp_path / "run"
+    check(run(["--output_dir", str(out), "--max_train_steps", "2", "--backbone_checkpoint", str(tmp_path / "resnet"),
+               *QUICK], module_env))  # fmt: skip
+    trained = load_file(out / "model.safetensors")
+    pretrained = resnet.resnet.state_dict()
+    stem = "embedder.embedder.convolution.weight"
+    assert torch.equal(trained[f"model.backbone.model.{stem}"], pretrained[stem])  # frozen, as loaded
+    assert torch.equal(trained[f"model.backbone.model.{stem[:-18]}normalization.running_var"],
+                       pretrained[f"{stem[:-18]}normalization.running_var"])  # fmt: skip
+    last = "encoder.stages.3.layers.0.layer.0.convolution.weight"
+    assert not torch.equal(trained[f"model.backbone.model.{last}"], pretrained[last])  # trained at lr_backbone
+    assert json.loads((out / "config.json").read_text())["freeze_batch_norm"] is True
+
+
 def test_a_bad_dataset_is_refused_before_anything_is_written(module_env, tmp_path):
     out = tmp_path / "run"
     result = run(["--output_dir", str(out), "--dataset", str(tmp_path / "nothing-here"), *QUICK], module_env)

@@ -57,7 +57,11 @@ class ModelArguments:
         default=None, metadata={"help": "fine-tune this checkpoint (hf_xcv or transformers DETR) instead of a preset"}
     )
     backbone_checkpoint: str | None = field(
-        default=None, metadata={"help": "ImageNet weights for the backbone: a local transformers ResNet folder"}
+        default=None,
+        metadata={
+            "help": "ImageNet weights for the backbone: a local transformers ResNet folder (the original recipe: "
+            "frozen BatchNorm, stem and stage 1 frozen); without it the backbone trains from scratch"
+        },
     )
     attention_type: str | None = field(default=None, metadata={"help": "the encoder's attention_type"})
     config_overrides: str | None = field(
@@ -143,6 +147,9 @@ def build_model(args: ModelArguments, labels: list[str]) -> torch.nn.Module:
             attn_implementation=args.attn_implementation,
             **overrides,
         )
+    if not args.backbone_checkpoint:  # from scratch: frozen random layers and un-normalised activations never learn
+        overrides = {"freeze_batch_norm": False, "frozen_backbone_stages": 0, **overrides}
+        print("no --backbone_checkpoint: the backbone trains from scratch (ordinary BatchNorm, every stage trained)")
     config = hf_xcv.preset_config(args.preset or "detr-shapes", "xcv_detr", **overrides)
     config._attn_implementation = args.attn_implementation
     model = hf_xcv.DetrForObjectDetection(config)

@@ -56,8 +56,12 @@ class DetrConfig(XcvConfig):
             The forward is the same either way; only the loss changes.
         position_embedding_type: ``"sine"`` (2-D sine positions from the padding mask).
         dilation: DC5 — the last ResNet stage keeps stride 16 with dilated 3x3 convolutions.
-        frozen_backbone_stages: backbone stages frozen with the stem (the original: 1, the stem and layer1;
-            BatchNorm is always frozen). -1 freezes the whole backbone (transformers' behaviour).
+        frozen_backbone_stages: how many of the backbone's ``stage_names`` (``stem``, ``stage1``, ...) are
+            frozen, from the first: the original freezes 2 (the stem and layer1); 0 trains everything (a backbone
+            trained from scratch); -1 freezes the whole backbone (transformers' behaviour).
+        freeze_batch_norm: the backbone's BatchNorm with fixed statistics and affine parameters (buffers), as the
+            original fine-tunes an ImageNet backbone. ``False`` keeps ordinary BatchNorm, which a backbone trained
+            from scratch needs (nothing normalises its activations otherwise); the weights' names are the same.
         class_cost / bbox_cost / giou_cost: the Hungarian matcher's weights.
         bbox_loss_coefficient / giou_loss_coefficient: weights of the L1 and GIoU losses (CE has weight 1).
         mask_loss_coefficient / dice_loss_coefficient: kept for transformers' configs (segmentation).
@@ -103,7 +107,8 @@ class DetrConfig(XcvConfig):
     auxiliary_loss: bool = True
     position_embedding_type: str = "sine"
     dilation: bool | None = False
-    frozen_backbone_stages: int = 1
+    frozen_backbone_stages: int = 2
+    freeze_batch_norm: bool = True
     class_cost: float | int = 1
     bbox_cost: float | int = 5
     giou_cost: float | int = 2
@@ -156,15 +161,16 @@ class DetrConfig(XcvConfig):
         check_positive_float("init_std", self.init_std)
         check_positive_float("init_xavier_std", self.init_xavier_std)
         check_bool("auxiliary_loss", self.auxiliary_loss)
+        check_bool("freeze_batch_norm", self.freeze_batch_norm)
         check_choice("position_embedding_type", self.position_embedding_type, ["sine"])
         if self.dilation and self.backbone_model_type != "resnet":
             raise ValueError(f"dilation (DC5) needs a ResNet backbone, got {self.backbone_model_type!r}")
         if isinstance(self.frozen_backbone_stages, bool) or not isinstance(self.frozen_backbone_stages, int):
             raise ValueError(f"frozen_backbone_stages must be an integer, got {self.frozen_backbone_stages!r}")
-        stages = len(getattr(self.backbone_config, "stage_names", [])) - 1
+        stages = len(getattr(self.backbone_config, "stage_names", []))
         if not -1 <= self.frozen_backbone_stages <= stages:
             raise ValueError(
-                f"frozen_backbone_stages must be in [-1, {stages}] (the backbone has {stages} stages; -1: all), "
+                f"frozen_backbone_stages must be in [-1, {stages}] (the backbone's stem and stages; -1: all), "
                 f"got {self.frozen_backbone_stages}"
             )
         costs = ("class_cost", "bbox_cost", "giou_cost")

@@ -81,7 +81,8 @@ class DetrObjectDetectionOutput(ModelOutput):
 
 
 def backbone_stages(backbone: nn.Module) -> list[nn.Module]:
-    """The stem and then each stage of a backbone, in order: what ``frozen_backbone_stages`` counts."""
+    """The stem and then each stage of a backbone, in order (its ``stage_names``): what ``frozen_backbone_stages``
+    counts."""
     if hasattr(backbone, "embedder") and hasattr(backbone, "encoder"):  # transformers' ResNetBackbone
         return [backbone.embedder, *backbone.encoder.stages]
     if hasattr(backbone, "swin"):  # hf_xcv's SwinBackbone
@@ -104,7 +105,7 @@ def dilate_last_stage(backbone: nn.Module) -> None:
 
 class DetrBackbone(nn.Module):
     """The feature extractor: a transformers backbone (``AutoBackbone.from_config``: transformers' ResNet or
-    hf_xcv's Swin) with frozen BatchNorm, the stem and the first ``frozen_backbone_stages`` stages frozen (the
+    hf_xcv's Swin) with frozen BatchNorm, its first ``frozen_backbone_stages`` stage names frozen (the
     original: the stem and layer1; the rest trains at the backbone learning rate), and the padding mask
     resampled to the feature map."""
 
@@ -112,11 +113,13 @@ class DetrBackbone(nn.Module):
         super().__init__()
         if config.backbone_model_type == "resnet":  # no attention: an sdpa request for the detector is not its own
             config.backbone_config._attn_implementation_internal = "eager"
-        self.model = freeze_batch_norms(AutoBackbone.from_config(config.backbone_config))
+        self.model = AutoBackbone.from_config(config.backbone_config)
+        if config.freeze_batch_norm:
+            freeze_batch_norms(self.model)
         if config.dilation:
             dilate_last_stage(self.model)
         stages = backbone_stages(self.model)
-        frozen = stages if config.frozen_backbone_stages == -1 else stages[: config.frozen_backbone_stages + 1]
+        frozen = stages if config.frozen_backbone_stages == -1 else stages[: config.frozen_backbone_stages]
         for module in frozen:
             module.requires_grad_(False)
         self.channels = self.model.channels[-1]
@@ -344,6 +347,7 @@ class DetrPreTrainedModel(XcvPreTrainedModel):
     _task_head_modules = ("class_labels_classifier", "bbox_predictor")
     # BatchNorm's step counter, which frozen BatchNorm has no use for (ResNet and older DETR checkpoints hold it).
     _keys_to_ignore_on_load_unexpected = [r".*\.num_batches_tracked"]
+    _keys_to_ignore_on_load_missing = [r".*\.num_batches_tracked"]  # ordinary BatchNorm (freeze_batch_norm=False)
     attention_requests = DETR_ENCODER_REQUESTS
     # The first decoder layer's self-attention reads the all-zero initial targets as its values: W_v's gradient
     # is zero (its bias carries the signal), in the original as here.
