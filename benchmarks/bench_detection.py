@@ -6,8 +6,8 @@ Batch 2 at 512x512 (one image padded: 512x384 inside the canvas), float32, CPU, 
 ResNet-50, no timm). Forward (eval, no grad) and forward+backward (train mode, labels: 7 boxes an image, the loss
 with its 5 auxiliary layers, backward) are timed interleaved (each model in turn, every repeat) so both see the same
 machine state; the median of ``--repeats`` is reported with the ratio hf_xcv / transformers (< 1 = hf_xcv
-faster). Both train the original recipe's backbone layers: stages 2-4 (transformers' DETR freezes its whole
-ResNet, research D1: it is unfrozen here to do the same work) and both compute the auxiliary losses.
+faster). Both train as the original recipe: backbone stages 2-4 (transformers' DETR freezes its whole ResNet,
+research D1: it is unfrozen here to do the same work), the auxiliary losses, attention and FFN dropout 0.1.
 Target: hf_xcv no slower than transformers (ratio <= 1.0).
 """
 
@@ -24,11 +24,13 @@ import hf_xcv
 
 
 def build_models() -> dict[str, torch.nn.Module]:
-    """transformers' DETR-R50 (auxiliary loss on, backbone stages 2-4 trainable) and the same weights in hf_xcv."""
+    """transformers' DETR-R50 (auxiliary loss on, dropout 0.1, backbone stages 2-4 trainable) and the same weights
+    in hf_xcv."""
     torch.manual_seed(0)
     backbone = transformers.ResNetConfig(out_features=["stage4"])
     config = transformers.DetrConfig(use_timm_backbone=False, backbone_config=backbone, num_labels=91)
     config.auxiliary_loss = True
+    config.attention_dropout = config.activation_dropout = 0.1  # the original's dropout, as hf_xcv's default
     theirs = transformers.DetrForObjectDetection(config)
     for name, param in theirs.model.backbone.named_parameters():
         param.requires_grad = any(f"stages.{i}." in name for i in (1, 2, 3))

@@ -251,7 +251,7 @@ def test_padding_invariance_one_image_alone_or_next_to_a_larger_one():
     torch.testing.assert_close(together.pred_boxes[1], alone.pred_boxes[0], atol=1e-5, rtol=0)
 
 
-def test_backbone_trains_as_the_original_batchnorm_frozen_stem_and_first_stage_frozen():
+def test_backbone_trains_as_the_original_batchnorm_frozen_stem_and_first_stage_frozen(tmp_path):
     model = DetrForObjectDetection(preset_config("detr-test-tiny", num_labels=3))
     backbone = model.model.backbone.model
     assert not any(isinstance(m, torch.nn.BatchNorm2d) for m in model.modules())
@@ -263,6 +263,9 @@ def test_backbone_trains_as_the_original_batchnorm_frozen_stem_and_first_stage_f
     inputs = hf_xcv.MODEL_TYPES["xcv_detr"].dummy_inputs(model.train())
     model(**inputs).loss.backward()
     assert all(torch.equal(statistics[n], b) for n, b in backbone.named_buffers())  # BatchNorm does not update
+    model.save_pretrained(tmp_path)  # loading materialises parameters anew: the frozen stages stay frozen
+    reloaded = DetrForObjectDetection.from_pretrained(tmp_path).model.backbone.model
+    assert [p.requires_grad for p in reloaded.parameters()] == [p.requires_grad for p in backbone.parameters()]
     everything = DetrModel(preset_config("detr-test-tiny", frozen_backbone_stages=-1))
     assert not any(p.requires_grad for p in everything.backbone.parameters())  # transformers' behaviour, on request
 

@@ -118,11 +118,17 @@ class DetrBackbone(nn.Module):
             freeze_batch_norms(self.model)
         if config.dilation:
             dilate_last_stage(self.model)
+        self.frozen_stages = config.frozen_backbone_stages
+        self.freeze_stages()
+        self.channels = self.model.channels[-1]
+
+    def freeze_stages(self) -> None:
+        """Freeze the first ``frozen_backbone_stages`` of the stem and stages (all of them for -1). Run again after
+        loading: transformers' loading materialises parameters anew, trainable."""
         stages = backbone_stages(self.model)
-        frozen = stages if config.frozen_backbone_stages == -1 else stages[: config.frozen_backbone_stages]
+        frozen = stages if self.frozen_stages == -1 else stages[: self.frozen_stages]
         for module in frozen:
             module.requires_grad_(False)
-        self.channels = self.model.channels[-1]
 
     def forward(self, pixel_values: torch.Tensor, valid: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(B, 3, H, W) pixels and their (B, H, W) boolean valid mask -> the last feature map (B, C, h, w) and its
@@ -376,6 +382,15 @@ class DetrPreTrainedModel(XcvPreTrainedModel):
                     init.xavier_uniform_(sub.weight, gain=self.config.init_xavier_std)
                     if name.split(".")[0] in ("self_attn", "encoder_attn") and sub.bias is not None:
                         init.zeros_(sub.bias)
+
+    @classmethod
+    def from_pretrained(cls, *args: Any, **kwargs: Any):
+        result = super().from_pretrained(*args, **kwargs)
+        model = result[0] if isinstance(result, tuple) else result
+        for module in model.modules():
+            if isinstance(module, DetrBackbone):
+                module.freeze_stages()
+        return result
 
     def save_pretrained(self, save_directory: str | os.PathLike, *args: Any, **kwargs: Any) -> Any:
         # The backbone's config records the weights' dtype as the detector's does (what loading gives it).
