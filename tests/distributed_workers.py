@@ -58,7 +58,8 @@ def run_ddp(model_type: str, head: type, rank: int) -> dict:
     loss.backward()  # DDP averages the gradients over the processes
     losses = [torch.zeros(()) for _ in range(WORLD)]
     dist.all_gather(losses, loss.detach())
-    return {"loss": torch.stack(losses).mean(), "grads": {n: p.grad.clone() for n, p in model.named_parameters()}}
+    grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.requires_grad}  # frozen stages: none
+    return {"loss": torch.stack(losses).mean(), "grads": grads}
 
 
 def run_fsdp(model_type: str, head: type, rank: int, out: Path) -> dict:
@@ -68,9 +69,10 @@ def run_fsdp(model_type: str, head: type, rank: int, out: Path) -> dict:
     loss.backward()
     losses = [torch.zeros(()) for _ in range(WORLD)]
     dist.all_gather(losses, loss.detach())
-    grads = {n: p.grad.full_tensor() for n, p in model.named_parameters()}
+    grads = {n: p.grad.full_tensor() for n, p in model.named_parameters() if p.requires_grad}
     for param in model.parameters():  # a step, so that the checkpoint holds trained, sharded weights
-        param.data.sub_(0.1 * param.grad)
+        if param.requires_grad:
+            param.data.sub_(0.1 * param.grad)
     folder = out / f"dcp-{head.__name__}"
     dcp.save({"model": get_model_state_dict(model)}, checkpoint_id=str(folder))
     with torch.no_grad():

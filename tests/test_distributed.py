@@ -34,7 +34,7 @@ def single_process(model_type: str, head: type) -> tuple[torch.Tensor, dict[str,
     model = build(model_type, head)
     loss = model(**batch(model)).loss
     loss.backward()
-    return loss.detach(), {name: param.grad for name, param in model.named_parameters()}
+    return loss.detach(), {name: param.grad for name, param in model.named_parameters() if param.requires_grad}
 
 
 @pytest.mark.parametrize("mode", ["ddp", "fsdp"])

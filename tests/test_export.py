@@ -20,10 +20,14 @@ def build(case):
 
 
 def tensors_of(model, batch: int = 2, shorten: int = 0) -> dict[str, torch.Tensor]:
-    """The model's dummy inputs without labels; ``shorten`` cuts token sequences (not images) at the end."""
+    """The model's dummy inputs without labels; ``shorten`` cuts token sequences (not images, nor their pixel
+    masks) at the end."""
     inputs = make_inputs(model, batch=batch, labels=False)
     if shorten:
-        inputs = {k: v[:, :-shorten] if v.dtype == torch.long or k.endswith("mask") else v for k, v in inputs.items()}
+        sequences = [
+            k for k, v in inputs.items() if (v.dtype == torch.long or k.endswith("mask")) and k != "pixel_mask"
+        ]
+        inputs = {k: v[:, :-shorten] if k in sequences else v for k, v in inputs.items()}
     return inputs
 
 

@@ -600,8 +600,9 @@ class DetrForObjectDetection(DetrPreTrainedModel):
 
 def detr_dummy_inputs(model: DetrPreTrainedModel, *, batch: int = 2, labels: bool = True, padded: bool = True) -> dict:
     """What the registry-driven tests feed every DETR model: a batch of images where the second is padded at the
-    bottom and right (when ``padded``), and for the detector one target dict per image (the first image
-    without objects, the others with 1, 2, ... boxes)."""
+    bottom and right (when ``padded``), and for the detector one target dict per image: with ``padded`` the
+    first image without objects and the others with 1, 2, ... boxes; without, two boxes in every image (so that
+    any split of the batch holds as many objects in each part)."""
     generator = torch.Generator().manual_seed(0)
     height, width = 96, 80
     inputs: dict[str, Any] = {
@@ -615,9 +616,10 @@ def detr_dummy_inputs(model: DetrPreTrainedModel, *, batch: int = 2, labels: boo
     if labels and isinstance(model, DetrForObjectDetection):
         targets = []
         for index in range(batch):
-            centres = 0.25 + 0.5 * torch.rand(index, 2, generator=generator)
-            sizes = 0.1 + 0.3 * torch.rand(index, 2, generator=generator)
-            classes = torch.randint(0, model.config.num_labels, (index,), generator=generator)
+            count = index if padded else 2
+            centres = 0.25 + 0.5 * torch.rand(count, 2, generator=generator)
+            sizes = 0.1 + 0.3 * torch.rand(count, 2, generator=generator)
+            classes = torch.randint(0, model.config.num_labels, (count,), generator=generator)
             targets.append({"class_labels": classes, "boxes": torch.cat([centres, sizes], dim=-1)})
         inputs["labels"] = targets
     return inputs
