@@ -385,3 +385,14 @@ def test_bad_inputs_are_refused_by_name():
             preset_config("detr-test-tiny", **{field: value}) if field != "use_timm_backbone" else DetrConfig(
                 use_timm_backbone=True
             )
+
+
+def test_compiles_into_one_graph_on_a_padded_batch():
+    """No Python branch on tensor values in the forward: torch.compile(fullgraph=True) captures it whole (the
+    eager backend: graph capture is what is tested, not code generation)."""
+    model = DetrForObjectDetection(preset_config("detr-test-tiny", num_labels=3)).eval()
+    pixels, mask = padded_batch()
+    with torch.no_grad():
+        expected = model(pixels, mask)
+        compiled = torch.compile(model, fullgraph=True, backend="eager")(pixels, mask)
+    assert_same_detections(compiled, expected, atol=1e-6)
