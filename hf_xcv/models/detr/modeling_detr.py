@@ -572,6 +572,8 @@ class DetrForObjectDetection(DetrPreTrainedModel):
             return_dict=True,
         )
         layers = outputs.intermediate_hidden_states  # (L, B, Q, d)
+        if not self.config.auxiliary_loss:
+            layers = layers[-1:]  # the heads run on the last layer only: nothing reads the others
         all_logits = self.class_labels_classifier(layers)  # (L, B, Q, num_labels + 1)
         all_boxes = self.bbox_predictor(layers).sigmoid()  # (L, B, Q, 4)
         auxiliary = None
