@@ -52,7 +52,7 @@ from .conversion import (
     load_state_dict,
     split_hub_kwargs,
 )
-from .layers import SinusoidalPositionEmbedding, sinusoidal_table
+from .layers import SinusoidalPositionEmbedding, check_pixel_tensor, sinusoidal_table
 
 logger = logging.getLogger(__name__)
 
@@ -240,6 +240,15 @@ class XcvPreTrainedModel(PreTrainedModel):
             raise ValueError("pass cache or past_key_values (its old name), not both")
         warnings.warn("past_key_values is deprecated: pass the key/value cache as cache=", FutureWarning, stacklevel=3)
         return old
+
+    def checked_pixels(self, pixel_values: torch.Tensor | None) -> torch.Tensor:
+        """``pixel_values`` checked (a 4-D tensor with the model's ``num_channels``) and cast to the weights'
+        dtype: what every image model does first."""
+        if pixel_values is None:
+            raise ValueError("pixel_values is required")
+        check_pixel_tensor(pixel_values, self.config.num_channels)
+        dtype = next(self.parameters()).dtype
+        return pixel_values.to(dtype) if pixel_values.dtype != dtype else pixel_values
 
     def _resolve_outputs(self, output_attentions: bool | None, output_hidden_states: bool | None) -> tuple[bool, bool]:
         """The call's ``output_attentions`` / ``output_hidden_states``, falling back to the config's."""

@@ -29,7 +29,7 @@ from transformers.utils import ModelOutput
 from transformers.utils.generic import can_return_tuple
 
 from ...attention import MultiHeadAttention
-from ...layers import Mlp, check_pixel_tensor, freeze_batch_norms, sine_position_embedding_2d
+from ...layers import Mlp, freeze_batch_norms, sine_position_embedding_2d
 from ...losses import HungarianMatcher, SetCriterion
 from ...modeling_utils import XcvPreTrainedModel
 from .configuration_detr import DETR_ENCODER_REQUESTS, DetrConfig
@@ -408,9 +408,7 @@ class DetrPreTrainedModel(XcvPreTrainedModel):
     def _pixels(self, pixel_values: torch.Tensor | None, pixel_mask: torch.Tensor | None) -> tuple[torch.Tensor, ...]:
         """``pixel_values`` checked and cast to the weights' dtype, and the (B, H, W) boolean valid mask (all
         valid when ``pixel_mask`` is None)."""
-        if pixel_values is None:
-            raise ValueError("pixel_values is required")
-        check_pixel_tensor(pixel_values, self.config.num_channels)
+        pixel_values = self.checked_pixels(pixel_values)
         batch, _, height, width = pixel_values.shape
         if pixel_mask is None:
             valid = torch.ones(batch, height, width, dtype=torch.bool, device=pixel_values.device)
@@ -421,8 +419,7 @@ class DetrPreTrainedModel(XcvPreTrainedModel):
             )
         else:
             valid = pixel_mask.to(torch.bool)
-        dtype = next(self.parameters()).dtype
-        return (pixel_values.to(dtype) if pixel_values.dtype != dtype else pixel_values), valid
+        return pixel_values, valid
 
 
 class DetrModel(DetrPreTrainedModel):

@@ -35,7 +35,7 @@ from ...attention.shifted_window import (
     window_and_shift,
     window_maps_to_tokens,
 )
-from ...layers import DropPath, Mlp, PatchEmbed, check_pixel_tensor, resample_patch_pos_embed, to_pair
+from ...layers import DropPath, Mlp, PatchEmbed, resample_patch_pos_embed, to_pair
 from ...modeling_utils import XcvPreTrainedModel, image_dummy_inputs
 from .configuration_swin import SWIN_ATTENTION_REQUESTS, SwinConfig
 
@@ -344,12 +344,7 @@ class SwinPreTrainedModel(XcvPreTrainedModel):
             init.trunc_normal_(module.position_embeddings, mean=0.0, std=std)
 
     def _pixels(self, pixel_values: torch.Tensor | None) -> torch.Tensor:
-        """``pixel_values`` checked (a 4-D tensor with the model's channels) and cast to the weights' dtype."""
-        if pixel_values is None:
-            raise ValueError("pixel_values is required")
-        check_pixel_tensor(pixel_values, self.config.num_channels)
-        dtype = next(self.parameters()).dtype
-        return pixel_values.to(dtype) if pixel_values.dtype != dtype else pixel_values
+        return self.checked_pixels(pixel_values)
 
 
 class SwinModel(SwinPreTrainedModel):
