@@ -7,6 +7,14 @@ installed, its default adapter targets with peft). It touches no network.
 from .attention import available_attention_types, build_attention, register_attention
 from .auto import MODEL_TYPES, register_auto_classes
 from .integrations import register_peft_defaults
+from .models.deformable_detr import (
+    DeformableDetrConfig,
+    DeformableDetrForObjectDetection,
+    DeformableDetrImageProcessor,
+    DeformableDetrModel,
+    DeformableDetrPreTrainedModel,
+    XcvDeformableDetrImageProcessor,
+)
 from .models.detr import (
     DetrConfig,
     DetrForObjectDetection,
@@ -53,6 +61,11 @@ register_auto_classes()
 register_peft_defaults(list(MODEL_TYPES))  # only when peft is installed
 
 __all__ = [
+    "DeformableDetrConfig",
+    "DeformableDetrForObjectDetection",
+    "DeformableDetrImageProcessor",
+    "DeformableDetrModel",
+    "DeformableDetrPreTrainedModel",
     "DetrConfig",
     "DetrForObjectDetection",
     "DetrImageProcessor",
@@ -80,6 +93,7 @@ __all__ = [
     "XFormerForSequenceClassification",
     "XFormerModel",
     "XFormerPreTrainedModel",
+    "XcvDeformableDetrImageProcessor",
     "XcvDetrImageProcessor",
     "XcvSwinImageProcessor",
     "XcvViTImageProcessor",

@@ -20,6 +20,12 @@ from transformers import (
 )
 from transformers.models.auto.image_processing_auto import IMAGE_PROCESSOR_MAPPING
 
+from .models.deformable_detr import (
+    DeformableDetrConfig,
+    DeformableDetrForObjectDetection,
+    DeformableDetrModel,
+    XcvDeformableDetrImageProcessor,
+)
 from .models.detr import DetrConfig, DetrForObjectDetection, DetrModel, XcvDetrImageProcessor
 from .models.detr.modeling_detr import detr_dummy_inputs
 from .models.swin import SwinBackbone, SwinConfig, SwinForImageClassification, SwinModel, XcvSwinImageProcessor
@@ -97,6 +103,14 @@ MODEL_TYPES: dict[str, ModelEntry] = {
             heads={"AutoModelForObjectDetection": DetrForObjectDetection},
             image_processor=XcvDetrImageProcessor,
             test_preset="detr-test-tiny",
+            dummy_inputs=detr_dummy_inputs,
+        ),
+        ModelEntry(
+            config=DeformableDetrConfig,
+            base_model=DeformableDetrModel,
+            heads={"AutoModelForObjectDetection": DeformableDetrForObjectDetection},
+            image_processor=XcvDeformableDetrImageProcessor,
+            test_preset="deformable-detr-test-tiny",
             dummy_inputs=detr_dummy_inputs,
         ),
         ModelEntry(

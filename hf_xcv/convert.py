@@ -5,6 +5,8 @@
     hf-xcv-convert swin --input swin_tiny_patch4_window7_224.pth --output swin-t-xcv --verify
     hf-xcv-convert detr --input facebook/detr-resnet-50 --output detr-r50-xcv --verify
     hf-xcv-convert detr --input detr-r50-e632da11.pth --output detr-r50-xcv --verify
+    hf-xcv-convert deformable-detr --input SenseTime/deformable-detr --output deformable-detr-xcv --verify
+    hf-xcv-convert deformable-detr --input r50_deformable_detr-checkpoint.pth --output deformable-detr-xcv --verify
     hf-xcv-convert marian --input Helsinki-NLP/opus-mt-en-de --output opus-mt-en-de-xcv --verify
     hf-xcv-convert to-transformers --input runs/digits --output digits-for-transformers --verify
 
@@ -23,6 +25,7 @@ FORMATS = {
     "marian": "hf_xcv.cli.convert_marian",
     "swin": "hf_xcv.cli.convert_swin",
     "detr": "hf_xcv.cli.convert_detr",
+    "deformable-detr": "hf_xcv.cli.convert_deformable_detr",
     "to-transformers": "hf_xcv.cli.export_to_transformers",
 }
 

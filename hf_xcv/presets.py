@@ -61,6 +61,14 @@ def _detr(depths: list[int], dilation: bool = False, **more: Any) -> dict:
     return dict(backbone_config=backbone, dilation=dilation, num_labels=91, **more)
 
 
+def _deformable(depths: list[int] | None = None, levels: int = 4, dilation: bool = False, **more: Any) -> dict:
+    """Deformable DETR on ResNet-50 (or ``depths``): stages 2-4 and a stride-64 level (or C5 only for
+    single-scale), COCO's 91 category ids."""
+    stages = ["stage2", "stage3", "stage4"] if levels > 1 else ["stage4"]
+    backbone = {"model_type": "resnet", "depths": depths or [3, 4, 6, 3], "layer_type": "bottleneck", "out_features": stages}
+    return dict(backbone_config=backbone, num_feature_levels=levels, dilation=dilation, num_labels=91, **more)
+
+
 def _small_resnet(width: int, depths: list[int], layer_type: str = "bottleneck") -> dict:
     """A small transformers ResNet for the demo and test DETRs; DETR reads its last stage."""
     return {
@@ -77,6 +85,7 @@ _VIT_PAPER = "Dosovitskiy et al. 2020, Table 1"
 _TRANSFORMER_PAPER = "Vaswani et al. 2017, Tables 2-3"
 _SWIN_PAPER = "Liu et al. 2021 (Swin), Table 1a: ImageNet-1K"
 _DETR_PAPER = "Carion et al. 2020 (DETR), Table 1 / README: COCO val2017 box AP, 500 epochs"
+_DEFORMABLE_PAPER = "Zhu et al. 2020 (Deformable DETR), official README: COCO val2017 box AP, 50 epochs"
 _DEIT_PAPER = "Touvron et al. 2021 (DeiT), ImageNet-1k only, 224px"
 
 PRESETS: dict[str, Preset] = {
@@ -164,6 +173,65 @@ PRESETS: dict[str, Preset] = {
             encoder_ffn_dim=32,
             decoder_ffn_dim=32,
             num_queries=6,
+            dropout=0.0,
+            attention_dropout=0.0,
+            activation_dropout=0.0,
+        ),
+        "test fixture",
+    ),
+    "deformable-detr": Preset(
+        "xcv_deformable_detr", _deformable(), f"{_DEFORMABLE_PAPER}: AP 44.5 (APs 27.1, APm 47.6, APl 59.6)", "40M"
+    ),
+    "deformable-detr-box-refine": Preset(
+        "xcv_deformable_detr", _deformable(with_box_refine=True), f"{_DEFORMABLE_PAPER}: AP 46.2", "41M"
+    ),
+    "deformable-detr-two-stage": Preset(
+        "xcv_deformable_detr",
+        _deformable(with_box_refine=True, two_stage=True),
+        f"{_DEFORMABLE_PAPER}: AP 46.9 (box refinement + two-stage)",
+        "41M",
+    ),
+    "deformable-detr-single-scale": Preset(
+        "xcv_deformable_detr", _deformable(levels=1), f"{_DEFORMABLE_PAPER}: AP 39.4 (single scale, C5)", "34M"
+    ),
+    "deformable-detr-single-scale-dc5": Preset(
+        "xcv_deformable_detr", _deformable(levels=1, dilation=True), f"{_DEFORMABLE_PAPER}: AP 41.5", "34M"
+    ),
+    # The demo model: the same scale as detr-shapes (widths, layers, queries), three levels of a small ResNet.
+    "deformable-detr-shapes": Preset(
+        "xcv_deformable_detr",
+        dict(
+            backbone_config={**_small_resnet(32, [1, 1, 1], "basic"), "out_features": ["stage2", "stage3"]},
+            num_feature_levels=3,
+            d_model=64,
+            encoder_layers=2,
+            decoder_layers=2,
+            encoder_attention_heads=4,
+            decoder_attention_heads=4,
+            encoder_ffn_dim=128,
+            decoder_ffn_dim=128,
+            encoder_n_points=4,
+            decoder_n_points=4,
+            num_queries=10,
+            two_stage_num_proposals=10,
+        ),
+        "hf_xcv demo on the built-in shapes scenes (see README for the measured mAP)",
+    ),
+    "deformable-detr-test-tiny": Preset(
+        "xcv_deformable_detr",
+        dict(
+            backbone_config={**_small_resnet(8, [1, 1, 1, 1]), "out_features": ["stage2", "stage3", "stage4"]},
+            d_model=32,
+            encoder_layers=2,
+            decoder_layers=2,
+            encoder_attention_heads=2,
+            decoder_attention_heads=2,
+            encoder_ffn_dim=32,
+            decoder_ffn_dim=32,
+            encoder_n_points=2,
+            decoder_n_points=2,
+            num_queries=6,
+            two_stage_num_proposals=6,
             dropout=0.0,
             attention_dropout=0.0,
             activation_dropout=0.0,

@@ -5,6 +5,7 @@ padding invariance, export, the pipeline and bad inputs."""
 from __future__ import annotations
 
 import json
+import math
 import re
 
 import pytest
@@ -396,3 +397,17 @@ def test_compiles_into_one_graph_on_a_padded_batch():
         expected = model(pixels, mask)
         compiled = torch.compile(model, fullgraph=True, backend="eager")(pixels, mask)
     assert_same_detections(compiled, expected, atol=1e-6)
+
+
+def test_the_original_initialisation_is_applied_xavier_matrices_and_zero_attention_biases():
+    """nn.Transformer's init in the original: Xavier-uniform matrices in every layer (fan 256 + 2048 for the FFN,
+    not PyTorch's default bound 1/sqrt(256)), zero attention biases (transformers skips such module-level
+    inits in code outside its library: a regression test)."""
+    model = DetrForObjectDetection(preset_config("detr-resnet-50"))
+    layer = model.model.encoder.layers[0]
+    bound = math.sqrt(6 / (256 + 2048))
+    assert bound * 0.98 < layer.mlp.fc1.weight.abs().max() <= bound
+    for name in ("q_proj", "k_proj", "v_proj", "o_proj"):
+        assert getattr(layer.self_attn, name).bias.abs().max() == 0
+    decoder = model.model.decoder.layers[0].encoder_attn
+    assert decoder.q_proj.bias.abs().max() == 0

@@ -41,6 +41,7 @@ CONVERTERS: dict[tuple[str, str], str] = {
     ("xcv_transformer", "marian"): "hf_xcv.conversion.marian",
     ("xcv_swin", "swin"): "hf_xcv.conversion.swin",
     ("xcv_detr", "detr"): "hf_xcv.conversion.detr",
+    ("xcv_deformable_detr", "deformable_detr"): "hf_xcv.conversion.deformable_detr",
 }
 
 

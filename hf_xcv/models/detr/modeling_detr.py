@@ -383,6 +383,12 @@ class DetrPreTrainedModel(XcvPreTrainedModel):
                     if name.split(".")[0] in ("self_attn", "encoder_attn") and sub.bias is not None:
                         init.zeros_(sub.bias)
 
+    def _initialize_weights(self, module: nn.Module, is_custom_code: bool = False) -> None:
+        # transformers skips, for code outside its library, every module without parameters of its own; the
+        # original's initialisation lives on such modules (a layer's Xavier matrices, the detector's heads). Every
+        # init here goes through transformers.initialization, which leaves loaded tensors alone.
+        super()._initialize_weights(module, is_custom_code=False)
+
     @classmethod
     def from_pretrained(cls, *args: Any, **kwargs: Any):
         result = super().from_pretrained(*args, **kwargs)
@@ -598,7 +604,7 @@ class DetrForObjectDetection(DetrPreTrainedModel):
 
 
 def detr_dummy_inputs(model: DetrPreTrainedModel, *, batch: int = 2, labels: bool = True, padded: bool = True) -> dict:
-    """What the registry-driven tests feed every DETR model: a batch of images where the second is padded at the
+    """What the registry-driven tests feed every DETR and Deformable DETR model: a batch of images where the second is padded at the
     bottom and right (when ``padded``), and for the detector one target dict per image: with ``padded`` the
     first image without objects and the others with 1, 2, ... boxes; without, two boxes in every image (so that
     any split of the batch holds as many objects in each part)."""
@@ -612,7 +618,7 @@ def detr_dummy_inputs(model: DetrPreTrainedModel, *, batch: int = 2, labels: boo
         mask[1:, 64:, :] = 0
         mask[1:, :, 48:] = 0
     inputs["pixel_mask"] = mask
-    if labels and isinstance(model, DetrForObjectDetection):
+    if labels and getattr(model, "_is_task_model", False):  # the detectors: DETR, Deformable DETR
         targets = []
         for index in range(batch):
             count = index if padded else 2
