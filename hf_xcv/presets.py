@@ -65,7 +65,12 @@ def _deformable(depths: list[int] | None = None, levels: int = 4, dilation: bool
     """Deformable DETR on ResNet-50 (or ``depths``): stages 2-4 and a stride-64 level (or C5 only for
     single-scale), COCO's 91 category ids."""
     stages = ["stage2", "stage3", "stage4"] if levels > 1 else ["stage4"]
-    backbone = {"model_type": "resnet", "depths": depths or [3, 4, 6, 3], "layer_type": "bottleneck", "out_features": stages}
+    backbone = {
+        "model_type": "resnet",
+        "depths": depths or [3, 4, 6, 3],
+        "layer_type": "bottleneck",
+        "out_features": stages,
+    }
     return dict(backbone_config=backbone, num_feature_levels=levels, dilation=dilation, num_labels=91, **more)
 
 
@@ -221,7 +226,7 @@ PRESETS: dict[str, Preset] = {
         "xcv_deformable_detr",
         dict(
             backbone_config={**_small_resnet(8, [1, 1, 1, 1]), "out_features": ["stage2", "stage3", "stage4"]},
-            d_model=32,
+            d_model=64,  # GroupNorm(32) of two channels a group: a 1x1 level of a small image still normalises
             encoder_layers=2,
             decoder_layers=2,
             encoder_attention_heads=2,

@@ -1,13 +1,16 @@
-"""Pre-train the demo DETR's ResNet as a classifier of object crops, the offline stand-in for ImageNet weights.
+"""Pre-train the demo detectors' ResNet as a classifier of object crops, the offline stand-in for ImageNet weights.
 
     python scripts/pretrain_backbone.py outputs/shapes-resnet [--preset detr-shapes] [--epochs 4]
 
-DETR starts from an ImageNet-trained backbone (the original recipe; ImageNet weights cannot be downloaded here).
-This trains transformers' ``ResNetForImageClassification`` with the preset's backbone config on crops of the
-built-in train scenes: every (non-crowd) object cropped with a random margin and labelled with its shape, and
-background crops that hold no object centre, all at 48x48 and normalised with the ImageNet mean and std as the
-DETR processor does. The result is a transformers ResNet folder, what ``--backbone_checkpoint`` of
-``training/train_object_detection.py`` loads. Only the train split is used: validation and test stay held out.
+DETR and Deformable DETR start from an ImageNet-trained backbone (the original recipes; ImageNet weights cannot be
+downloaded here). This trains transformers' ``ResNetForImageClassification`` with the preset's backbone config (any
+DETR or Deformable DETR preset) on crops of the built-in train scenes: every (non-crowd) object cropped with a
+random margin and labelled with its shape, and background crops that hold no object centre, all at 48x48 and
+normalised with the ImageNet mean and std as the detectors' processors do. The result is a transformers ResNet
+folder, what ``--backbone_checkpoint`` of ``training/train_object_detection.py`` loads. The stages a detector
+reads (``out_features``) do not change the weights, so one checkpoint serves every preset of the same ResNet:
+detr-shapes (stage 3) and deformable-detr-shapes (stages 2 and 3) share one. Only the train split is used:
+validation and test stay held out.
 """
 
 from __future__ import annotations
@@ -57,12 +60,15 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=4)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
+    backbone_config = getattr(hf_xcv.preset_config(args.preset), "backbone_config", None)
+    if backbone_config is None or backbone_config.model_type != "resnet":
+        parser.error(f"preset {args.preset!r} has no ResNet backbone (a DETR or Deformable DETR preset has)")
+    backbone = backbone_config.to_dict()
     torch.manual_seed(args.seed)
     rng = np.random.default_rng(args.seed)
     split = load_shapes_dataset(seed=args.seed)["train"]
     names = detection_label_names(split)
     images, labels = crops(split, rng)
-    backbone = hf_xcv.preset_config(args.preset).backbone_config.to_dict()
     backbone.update(num_labels=len(names) + 1, id2label=dict(enumerate([*names, "background"])))
     model = transformers.ResNetForImageClassification(transformers.ResNetConfig(**backbone))
     optimizer = torch.optim.AdamW(model.parameters(), lr=2e-3, weight_decay=1e-4)

@@ -11,6 +11,7 @@ import math
 import pytest
 import torch
 import transformers
+from test_detr import assert_same_detections, padded_batch, randomize_norms
 from transformers import AutoImageProcessor, AutoModelForObjectDetection
 from transformers.models.deformable_detr.modeling_deformable_detr import (
     MultiScaleDeformableAttention as TransformersMSDA,
@@ -27,7 +28,6 @@ from hf_xcv.attention.deformable import (
 )
 from hf_xcv.losses import SetCriterion
 from hf_xcv.models.deformable_detr.modeling_deformable_detr import encoder_proposals, inverse_sigmoid
-from test_detr import assert_same_detections, padded_batch, randomize_norms
 
 TINY = "deformable-detr-test-tiny"
 VARIANTS = {
@@ -84,13 +84,15 @@ def test_operator_equals_the_grid_sample_formulation_forward_and_gradients_in_fl
     ):
         torch.testing.assert_close(a, b, atol=1e-10, rtol=0, msg=name)
     with torch.no_grad():  # the inference path (no autograd function) is the same computation
-        torch.testing.assert_close(multi_scale_deformable_attention(value, shapes, locations, weights), expected.detach())
+        torch.testing.assert_close(
+            multi_scale_deformable_attention(value, shapes, locations, weights), expected.detach()
+        )
 
 
 def test_operator_passes_gradcheck():
     value, shapes, locations, weights = operands(spread=1.3, seed=1)
     inputs = tuple(t.requires_grad_() for t in (value, locations, weights))
-    assert torch.autograd.gradcheck(lambda v, l, w: multi_scale_deformable_attention(v, shapes, l, w), inputs)
+    assert torch.autograd.gradcheck(lambda v, loc, w: multi_scale_deformable_attention(v, shapes, loc, w), inputs)
 
 
 def test_operator_in_float32_and_with_a_spatial_shapes_tensor():
@@ -257,7 +259,9 @@ def test_two_stage_proposals_on_a_hand_checked_case():
     expected.update({6: (0.25, 0.5, 0.1), 7: (0.75, 0.5, 0.1)})
     for index, (x, y, size) in expected.items():
         torch.testing.assert_close(boxes[0, index], torch.tensor([x, y, size, size]), atol=1e-6, rtol=0)
-        torch.testing.assert_close(logits[0, index], inverse_sigmoid(torch.tensor([x, y, size, size])), atol=1e-4, rtol=0)
+        torch.testing.assert_close(
+            logits[0, index], inverse_sigmoid(torch.tensor([x, y, size, size])), atol=1e-4, rtol=0
+        )
         torch.testing.assert_close(out_memory[0, index], memory[0, index])
     for index in (2, 5):  # padded
         assert torch.isinf(logits[0, index]).all() and out_memory[0, index].abs().max() == 0
@@ -306,7 +310,9 @@ def test_padding_invariance_one_image_alone_or_next_to_a_larger_one(variant):
         noisy = [torch.randn_like(s) * 10 for s in sources]
         for index in range(pixel_values.shape[0]):
             rows, cols = int(valid[index].any(1).sum()), int(valid[index].any(0).sum())
-            own, _ = real_levels(pixel_values[index : index + 1, :, :rows, :cols], valid[index : index + 1, :rows, :cols])
+            own, _ = real_levels(
+                pixel_values[index : index + 1, :, :rows, :cols], valid[index : index + 1, :rows, :cols]
+            )
             for level, source in enumerate(own):
                 noisy[level][index, :, : source.shape[2], : source.shape[3]] = source[0]
         return noisy, masks

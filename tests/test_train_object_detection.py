@@ -1,9 +1,11 @@
 """training/train_object_detection.py: runs on the built-in scenes and on a COCO folder, resumes exactly, runs
-data-parallel; and hf_xcv's detection collator under transformers' Trainer."""
+data-parallel, trains DETR and Deformable DETR each with its own recipe and processor; and hf_xcv's detection
+collator under transformers' Trainer."""
 
 from __future__ import annotations
 
 import json
+import os
 from functools import partial
 from pathlib import Path
 
@@ -79,6 +81,134 @@ def test_recipe_groups_and_step_decay():
         optimizer.step()
         scheduler.step()
     assert optimizer.param_groups[0]["lr"] == pytest.approx(1e-5)  # /10 after 2/3 of the run
+
+
+def test_deformable_recipe_groups_offsets_and_reference_points_at_a_tenth_and_drops_later():
+    """The original Deformable DETR: lr 2e-4, backbone 2e-5, sampling offsets and reference points at 0.1x lr,
+    weight decay 1e-4, lr / 10 after 40 of 50 epochs; set rates win over the recipe's."""
+    from hf_xcv.cli import train_object_detection as script
+
+    model = script.build_model(script.ModelArguments(preset="deformable-detr-test-tiny"), ["a", "b"])
+    optimizer, scheduler = script.build_optimizer(model, script.TrainArguments(output_dir="unused"), total_steps=30)
+    transformer, backbone, linear_proj = optimizer.param_groups
+    assert (transformer["lr"], backbone["lr"], linear_proj["lr"]) == pytest.approx((2e-4, 2e-5, 2e-5))
+    assert {group["weight_decay"] for group in optimizer.param_groups} == {1e-4}
+    names = {id(p): n for n, p in model.named_parameters()}
+    assert all(names[id(p)].startswith("model.backbone.") for p in backbone["params"])
+    projections = {names[id(p)] for p in linear_proj["params"]}
+    assert "model.reference_points.weight" in projections
+    assert "model.encoder.layers.0.self_attn.sampling_offsets.weight" in projections
+    assert "model.decoder.layers.1.encoder_attn.sampling_offsets.bias" in projections
+    assert all("sampling_offsets" in n or "reference_points" in n for n in projections)
+    trained = {n for n, p in model.named_parameters() if p.requires_grad}
+    assert sum(len(group["params"]) for group in optimizer.param_groups) == len(trained)  # each once
+    for _ in range(24):
+        assert optimizer.param_groups[0]["lr"] == pytest.approx(2e-4)
+        optimizer.step()
+        scheduler.step()
+    assert [g["lr"] for g in optimizer.param_groups] == pytest.approx([2e-5, 2e-6, 2e-6])  # /10 after 0.8 of it
+
+    set_rates = script.TrainArguments(output_dir="unused", learning_rate=1e-3, lr_linear_proj_mult=0.5)
+    optimizer, _ = script.build_optimizer(model, set_rates, total_steps=30)
+    assert [g["lr"] for g in optimizer.param_groups] == pytest.approx([1e-3, 2e-5, 5e-4])
+    detr = script.build_model(script.ModelArguments(), ["a"])  # detr-shapes: the DETR recipe, two groups
+    assert [g["lr"] for g in script.build_optimizer(detr, set_rates, 30)[0].param_groups] == [1e-3, 1e-5]
+
+
+def test_the_model_type_comes_from_the_preset_or_the_checkpoints_config(tmp_path):
+    from hf_xcv.cli import train_object_detection as script
+
+    assert script.model_type_of(script.ModelArguments()) == "xcv_detr"
+    assert script.model_type_of(script.ModelArguments(preset="deformable-detr-shapes")) == "xcv_deformable_detr"
+    for model_type in ("deformable_detr", "xcv_deformable_detr", "detr"):  # transformers' types convert on load
+        (tmp_path / model_type).mkdir()
+        (tmp_path / model_type / "config.json").write_text(json.dumps({"model_type": model_type}))
+        found = script.model_type_of(script.ModelArguments(model_name_or_path=str(tmp_path / model_type)))
+        assert found == ("xcv_detr" if model_type == "detr" else "xcv_deformable_detr")
+    with pytest.raises(ValueError, match="makes a xcv_vit model.*deformable-detr-shapes"):
+        script.model_type_of(script.ModelArguments(preset="vit-test-tiny"))
+    (tmp_path / "vit").mkdir()
+    (tmp_path / "vit" / "config.json").write_text(json.dumps({"model_type": "vit"}))
+    with pytest.raises(ValueError, match="model_type 'vit'"):
+        script.model_type_of(script.ModelArguments(model_name_or_path=str(tmp_path / "vit")))
+    with pytest.raises(ValueError, match="not both"):
+        script.model_type_of(script.ModelArguments(preset="detr-shapes", model_name_or_path=str(tmp_path / "vit")))
+
+
+def test_deformable_detr_learns_with_its_recipe_and_scores_with_sigmoid_top_k():
+    """A few steps of the script's model, processor and optimizer on one batch lower the loss; its predictions
+    (what mAP is computed from) are the top (query, class) pairs of sigmoid scores, not one per query."""
+    from accelerate import Accelerator
+
+    from hf_xcv.cli import train_object_detection as script
+    from hf_xcv.data import detection_label_names, load_shapes_dataset
+    from hf_xcv.data.detection import DetectionCollator, detection_transform
+
+    data = load_shapes_dataset(8, 2, 2, image_size=(48, 64))
+    labels = detection_label_names(data)
+    torch.manual_seed(0)
+    model = script.build_model(script.ModelArguments(preset="deformable-detr-test-tiny"), labels)
+    data_args = script.DataArguments(shortest_edge=48, longest_edge=64)
+    processor = script.build_processor(data_args, len(labels), "xcv_deformable_detr")
+    assert type(processor).__name__ == "XcvDeformableDetrImageProcessor" and processor.class_activation == "sigmoid"
+    train = data["train"].with_transform(detection_transform(processor))
+    batch = DetectionCollator(processor)([train[i] for i in range(len(train))])
+    optimizer, scheduler = script.build_optimizer(model, script.TrainArguments(output_dir="unused"), 100)
+    model.train()
+    losses = []
+    for _ in range(6):
+        loss = model(pixel_values=batch["pixel_values"], pixel_mask=batch["pixel_mask"], labels=batch["labels"]).loss
+        optimizer.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 0.1)
+        optimizer.step()
+        scheduler.step()
+        losses.append(loss.item())
+    assert losses[-1] < losses[0] and all(b < a for a, b in zip(losses, losses[1:])), losses
+
+    loader = torch.utils.data.DataLoader(train, 4, collate_fn=DetectionCollator(processor))
+    predictions, references = script.predict(Accelerator(cpu=True), model, processor, loader)
+    pairs = model.config.num_queries * len(labels)  # fewer than the top 100: every pair is kept at threshold 0
+    assert len(references) == 8 and {len(p["scores"]) for p in predictions} == {pairs}
+    assert all(0 <= s <= 1 for p in predictions for s in p["scores"])
+
+
+def test_deformable_detr_trains_by_preset_and_reloads_with_its_processor(module_env, tmp_path):
+    """The deformable run leaves the same Hub-ready folder: its processor (sigmoid top-k), a card that names it,
+    the recipe's rates in the run record; and it starts from the backbone weights a DETR preset of the same ResNet
+    was given."""
+    import transformers
+
+    import hf_xcv
+
+    backbone = hf_xcv.preset_config("detr-test-tiny").backbone_config.to_dict()  # the same ResNet, stage 4 only
+    resnet = transformers.ResNetForImageClassification(transformers.ResNetConfig(**backbone))
+    resnet.save_pretrained(tmp_path / "resnet")
+    out = tmp_path / "deformable"
+    quick = [*QUICK[: QUICK.index("--preset")], *QUICK[QUICK.index("--preset") + 2 :]]
+    # three levels: the tiny model's fourth (stride 64) is 1x1 at 48 px, too small for a single picture's GroupNorm
+    check(run(["--output_dir", str(out), "--max_train_steps", "2", "--preset", "deformable-detr-test-tiny",
+               "--backbone_checkpoint", str(tmp_path / "resnet"), "--config_overrides", "num_feature_levels=3",
+               *quick], module_env))  # fmt: skip
+    assert {"model.safetensors", "preprocessor_config.json", "README.md", "detections.png"} <= set(os.listdir(out))
+    processor = json.loads((out / "preprocessor_config.json").read_text())
+    assert processor["image_processor_type"] == "XcvDeformableDetrImageProcessor"
+    train = json.loads((out / "xcv_run.json").read_text())["train"]
+    assert (train["learning_rate"], train["lr_backbone"], train["lr_drop"]) == (2e-4, 2e-5, 0.8)
+    card = (out / "README.md").read_text()
+    assert "**Deformable DETR** object detector (Zhu et al. 2020)" in card and "sigmoid" in card
+    stem = "embedder.embedder.convolution.weight"
+    assert torch.equal(
+        load_file(out / "model.safetensors")[f"model.backbone.model.{stem}"], resnet.resnet.state_dict()[stem]
+    )
+
+    from transformers import AutoImageProcessor, AutoModelForObjectDetection
+
+    model = AutoModelForObjectDetection.from_pretrained(out)
+    assert type(model).__name__ == "DeformableDetrForObjectDetection" and model.config.num_feature_levels == 3
+    assert type(AutoImageProcessor.from_pretrained(out)).__name__ == "XcvDeformableDetrImageProcessor"
+    results = json.loads((out / "all_results.json").read_text())
+    assert results["completed_steps"] == 2 and 0 <= results["test"]["map"] <= 1
 
 
 def test_resumed_run_ends_with_the_weights_of_an_uninterrupted_one(module_env, tmp_path):

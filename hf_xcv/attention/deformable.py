@@ -73,7 +73,9 @@ def _check_operands(value: torch.Tensor, shapes: Shapes, locations: torch.Tensor
         raise ValueError(f"value must be (batch, rows, heads, head_dim), got {tuple(value.shape)}")
     batch, rows, heads, _ = value.shape
     if rows != sum(h * w for h, w in shapes):
-        raise ValueError(f"value has {rows} rows but spatial_shapes {list(shapes)} hold {sum(h * w for h, w in shapes)}")
+        raise ValueError(
+            f"value has {rows} rows but spatial_shapes {list(shapes)} hold {sum(h * w for h, w in shapes)}"
+        )
     if locations.dim() != 6 or locations.shape[-1] != 2 or locations.shape[3] != len(shapes):
         raise ValueError(
             f"sampling_locations must be (batch, queries, heads, {len(shapes)} levels, points, 2), "
@@ -177,7 +179,11 @@ class _Layout:
         a = weights * inside
         a_y1 = a * fy
         a_y0 = a - a_y1
-        corner_weights = (a_y0 - a_y0 * fx, a_y0 * fx, a_y1 - a_y1 * fx, a_y1 * fx)
+        corner_weights = torch.empty((4, *a.shape), dtype=a.dtype, device=device)  # one tensor: one gather later
+        torch.mul(a_y0, fx, out=corner_weights[1])
+        torch.sub(a_y0, corner_weights[1], out=corner_weights[0])
+        torch.mul(a_y1, fx, out=corner_weights[3])
+        torch.sub(a_y1, corner_weights[3], out=corner_weights[2])
         return rows, corner_weights, fx, fy, inside
 
     def sample(self, table: torch.Tensor, rows: torch.Tensor, corner_weights: Sequence[torch.Tensor], heads: int):
@@ -201,22 +207,24 @@ class _DeformableSampling(torch.autograd.Function):
         rows, corner_weights, fx, fy, inside = layout.geometry(locations, weights, heads)
         output = layout.sample(table, rows, corner_weights, heads)
         ctx.layout, ctx.value_shape = layout, value.shape
-        ctx.save_for_backward(table, rows, fx, fy, inside, weights, *corner_weights)
+        ctx.save_for_backward(table, rows, fx, fy, inside, weights, corner_weights)
         return output.view(batch, queries, heads * dim)
 
     @staticmethod
     def backward(ctx, grad_output):
-        table, rows, fx, fy, inside, weights, *corner_weights = ctx.saved_tensors
+        table, rows, fx, fy, inside, weights, corner_weights = ctx.saved_tensors
         layout: _Layout = ctx.layout
         batch, _, heads, dim = ctx.value_shape
         bags, samples = rows.shape
-        grad = grad_output.reshape(bags, dim).to(table.dtype)
+        grad = grad_output.reshape(bags, dim).to(table.dtype).contiguous()  # (an expanded gradient: x2 slower)
         offsets = layout.corner_offsets(heads)
         grad_value = grad_locations = grad_weights = None
         need_value, need_locations, need_weights = ctx.needs_input_grad[:3]
         if need_locations or need_weights:
             # <table row of each corner, output gradient of its query>, without gathering the rows.
-            crow = torch.arange(0, bags * samples + 1, samples, device=grad.device)
+            index_dtype = torch.int32 if table.shape[0] < 2**31 else torch.int64
+            crow = torch.arange(0, bags * samples + 1, samples, device=grad.device, dtype=index_dtype)
+            col = rows.view(-1).to(index_dtype)
             zeros = grad.new_zeros(bags * samples)
             dots = []
             for offset in offsets:
@@ -224,7 +232,7 @@ class _DeformableSampling(torch.autograd.Function):
                 with warnings.catch_warnings():  # "sparse CSR support is in beta": a warning per process
                     warnings.simplefilter("ignore", UserWarning)
                     pattern = torch.sparse_csr_tensor(
-                        crow, rows.view(-1), zeros, size=(bags, corner_table.shape[0]), check_invariants=False
+                        crow, col, zeros, size=(bags, corner_table.shape[0]), check_invariants=False
                     )
                 dots.append(torch.sparse.sampled_addmm(pattern, grad, corner_table.t()).values().view(fx.shape))
             d00, d01, d10, d11 = (d.to(fx.dtype) for d in dots)
@@ -248,11 +256,10 @@ class _DeformableSampling(torch.autograd.Function):
             counts = torch.bincount(keys, minlength=table.shape[0])
             starts = torch.cumsum(counts, 0) - counts
             bag_of_point = torch.div(order, samples, rounding_mode="floor")
+            sorted_weights = corner_weights.view(4, -1)[:, order].to(grad.dtype)  # (4, points), in one gather
             grad_table = torch.zeros_like(table)
-            for offset, weight in zip(offsets, corner_weights):
-                summed = F.embedding_bag(
-                    bag_of_point, grad, starts, per_sample_weights=weight.reshape(-1)[order].to(grad.dtype), mode="sum"
-                )
+            for offset, weight in zip(offsets, sorted_weights):
+                summed = F.embedding_bag(bag_of_point, grad, starts, per_sample_weights=weight, mode="sum")
                 grad_table[offset:].add_(summed[: table.shape[0] - offset])
             grad_value = layout.unpad(grad_table.view(batch, -1, heads, dim))
         return grad_value, grad_locations, grad_weights, None
@@ -272,7 +279,9 @@ def multi_scale_deformable_attention(
         return multi_scale_deformable_attention_reference(value, shapes, sampling_locations, attention_weights)
     _check_operands(value, shapes, sampling_locations, attention_weights)
     layout = _Layout(shapes)
-    if torch.is_grad_enabled() and (value.requires_grad or sampling_locations.requires_grad or attention_weights.requires_grad):
+    if torch.is_grad_enabled() and (
+        value.requires_grad or sampling_locations.requires_grad or attention_weights.requires_grad
+    ):
         return _DeformableSampling.apply(value, sampling_locations, attention_weights, layout)
     batch, queries, heads = sampling_locations.shape[:3]
     table = layout.pad(value).view(-1, value.shape[-1])

@@ -8,6 +8,8 @@ import shutil
 from collections.abc import Callable
 from typing import Any
 
+import torch
+
 from hf_xcv.conversion import atomic_directory, check_converted, convert_checkpoint, save_safetensors
 
 # verify(source, converted, tolerance, revision) -> worst |delta|; raises ValueError above tolerance
@@ -80,3 +82,20 @@ def write_converted(
         with open(staging / "config.json", "w") as handle:
             json.dump(config, handle, indent=2, sort_keys=True)
         processor.save_pretrained(staging)
+
+
+def verify_detector(theirs: torch.nn.Module, ours: torch.nn.Module, tolerance: float) -> float:
+    """Largest |difference| of a transformers detector's and hf_xcv's logits and boxes, in eval mode on a padded
+    batch of two random images of different sizes (320x384, and 224x256 inside it); an error above
+    ``tolerance``."""
+    theirs, ours = theirs.eval(), ours.eval()
+    generator = torch.Generator().manual_seed(0)
+    pixels = torch.randn(2, ours.config.num_channels, 320, 384, generator=generator)
+    mask = torch.ones(2, 320, 384, dtype=torch.long)
+    mask[1, 224:] = 0
+    mask[1, :, 256:] = 0
+    pixels[1] *= mask[1]
+    with torch.no_grad():
+        a, b = theirs(pixel_values=pixels, pixel_mask=mask), ours(pixel_values=pixels, pixel_mask=mask)
+    deltas = {name: (getattr(a, name) - getattr(b, name)).abs().max().item() for name in ("logits", "pred_boxes")}
+    return check_deltas(deltas, tolerance)

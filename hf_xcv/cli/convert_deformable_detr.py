@@ -29,7 +29,7 @@ import torch
 import hf_xcv
 from hf_xcv.conversion import deformable_detr as mapping
 
-from .conversion import check_deltas, run, write_converted
+from .conversion import run, verify_detector, write_converted
 from .convert_detr import is_official_file
 
 
@@ -81,18 +81,8 @@ def transformers_model(source: str, converted: str, revision: str | None = None)
 
 def verify(source: str, converted: str, tolerance: float, revision: str | None = None) -> float:
     """Largest |difference| of logits and boxes on a padded batch of two images."""
-    theirs = transformers_model(source, converted, revision).eval()
-    ours = hf_xcv.DeformableDetrForObjectDetection.from_pretrained(converted).eval()
-    generator = torch.Generator().manual_seed(0)
-    pixels = torch.randn(2, ours.config.num_channels, 320, 384, generator=generator)
-    mask = torch.ones(2, 320, 384, dtype=torch.long)
-    mask[1, 224:] = 0
-    mask[1, :, 256:] = 0
-    pixels[1] *= mask[1]
-    with torch.no_grad():
-        a, b = theirs(pixel_values=pixels, pixel_mask=mask), ours(pixel_values=pixels, pixel_mask=mask)
-    deltas = {name: (getattr(a, name) - getattr(b, name)).abs().max().item() for name in ("logits", "pred_boxes")}
-    return check_deltas(deltas, tolerance)
+    ours = hf_xcv.DeformableDetrForObjectDetection.from_pretrained(converted)
+    return verify_detector(transformers_model(source, converted, revision), ours, tolerance)
 
 
 def _add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -1,21 +1,35 @@
 #!/usr/bin/env python
-"""Train an hf_xcv object detector (DETR) with accelerate: one CPU, several processes, or several GPUs.
+"""Train an hf_xcv object detector (DETR or Deformable DETR) with accelerate: one CPU, several processes, or several
+GPUs.
 
     hf-xcv-train object-detection --output_dir runs/shapes        (or python -m hf_xcv.train ...)
+    hf-xcv-train object-detection --preset deformable-detr-shapes --output_dir runs/deformable-shapes
     hf-xcv-train object-detection --dataset path/to/coco --preset detr-resnet-50 \
         --backbone_checkpoint path/to/resnet-50 --shortest_edge 800 --longest_edge 1333 --output_dir runs/coco
     accelerate launch --num_processes 2 -m hf_xcv.train object-detection --output_dir runs/ddp
 
 In a checkout, ``python training/train_object_detection.py ...`` runs the same script.
 
+The model: a preset (``--preset``, detr-shapes without it; DETR and Deformable DETR presets both go, the preset's
+model type decides) or a checkpoint to fine-tune (``--model_name_or_path``: an hf_xcv folder or Hub repo, or a
+transformers ``detr`` / ``deformable_detr`` one, converted on load; its config.json's model_type decides).
+
 Data: the built-in shapes scenes (``--dataset shapes``), a COCO folder (``annotations/instances_<split>.json`` and
-``<split>/`` images) or a ``save_to_disk`` DatasetDict in the same layout. The original recipe is the default:
-AdamW at lr 1e-4 for the transformer and ``--lr_backbone`` 1e-5 for the backbone stages it trains, weight decay
-1e-4 on every parameter, gradient clipping at 0.1, the learning rate divided by 10 after ``--lr_drop`` of the run
-(200 of 300 epochs), the original's flips, multi-scale resizing and random crops (scaled to ``--shortest_edge``),
-COCO mAP on the validation split every ``--eval_every_epochs``. Checkpoints are atomic and
-``--resume_from_checkpoint latest`` continues exactly; the final folder (model, processor, model card with the
-measured mAP, ``detections.png`` with predicted and true boxes of a few test images) is ready for the Hub.
+``<split>/`` images) or a ``save_to_disk`` DatasetDict in the same layout. The original recipe of the model type is
+the default (``--learning_rate``, ``--lr_backbone`` and ``--lr_drop`` left unset take the model type's values):
+
+* DETR: AdamW at lr 1e-4 for the transformer and ``--lr_backbone`` 1e-5 for the backbone stages it trains, the
+  learning rate divided by 10 after ``--lr_drop`` 2/3 of the run (200 of 300 epochs);
+* Deformable DETR: lr 2e-4, backbone 2e-5, the sampling offsets and reference points at ``--lr_linear_proj_mult``
+  0.1 of the lr (2e-5), lr / 10 after ``--lr_drop`` 0.8 of the run (40 of 50 epochs);
+
+both with weight decay 1e-4 on every parameter, gradient clipping at 0.1, the original's flips, multi-scale resizing
+and random crops (scaled to ``--shortest_edge``), COCO mAP on the validation split every ``--eval_every_epochs``.
+The processor saved with the model is the model type's (Deformable DETR's scores with a sigmoid and keeps the top
+100 (query, class) pairs, as its original; DETR's takes a softmax, one detection per query), and the mAP of the run
+is measured through it. Checkpoints are atomic and ``--resume_from_checkpoint latest`` continues exactly; the final
+folder (model, processor, model card with the measured mAP, ``detections.png`` with predicted and true boxes of a
+few test images) is ready for the Hub.
 """
 
 from __future__ import annotations
@@ -23,7 +37,7 @@ from __future__ import annotations
 import functools
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -37,24 +51,67 @@ from torch.utils.data import DataLoader
 from transformers import HfArgumentParser
 
 import hf_xcv
+from hf_xcv.auto import MODEL_TYPES
 from hf_xcv.configuration_utils import check_known_fields
+from hf_xcv.conversion import CONVERTERS, load_config_dict
 from hf_xcv.data import detection_label_names, load_coco_detection, load_shapes_dataset
 from hf_xcv.data.detection import DetectionCollator, detection_transform
 from hf_xcv.losses import box_cxcywh_to_xyxy
 from hf_xcv.metrics import MeanAveragePrecision
+from hf_xcv.presets import PRESETS
 from hf_xcv.training import TEMPLATES, MeasuredResult, TrainerState, build_model_card, runner
 from hf_xcv.training.model_card import dataset_label, hub_id
 from hf_xcv.visualization import detection_grid, draw_detections
 
 TEMPLATE = TEMPLATES / "object_detection.md"
 PICTURES = "detections.png"
+DEFAULT_PRESET = "detr-shapes"
+# The parameters the Deformable DETR recipe trains at lr_linear_proj_mult of the lr (the original's
+# lr_linear_proj_names): the sampling offsets of every deformable attention and the query -> reference point Linear.
+LINEAR_PROJECTIONS = ("sampling_offsets", "reference_points")
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """What the original training of a model type sets, and what its model card says of it."""
+
+    name: str  # the architecture as its paper names it
+    paper: str
+    learning_rate: float
+    lr_backbone: float
+    lr_drop: float  # fraction of the run after which the step schedule divides the lr by 10
+    scores: str  # how the processor turns logits into detections (for the card)
+
+
+# The model types this script trains, with their original recipes (the defaults of the unset arguments).
+RECIPES: dict[str, Recipe] = {
+    "xcv_detr": Recipe(
+        "DETR", "Carion et al. 2020", 1e-4, 1e-5, 2 / 3,
+        "a softmax over the classes and no-object, one detection per query",
+    ),
+    "xcv_deformable_detr": Recipe(
+        "Deformable DETR", "Zhu et al. 2020", 2e-4, 2e-5, 0.8,
+        "a sigmoid per class, the top 100 (query, class) pairs of the image",
+    ),
+}  # fmt: skip
+# A checkpoint's model_type -> the hf_xcv type it trains as (its own, or the one it converts to on load).
+CHECKPOINT_TYPES = {t: t for t in RECIPES} | {source: t for t, source in CONVERTERS if t in RECIPES}
 
 
 @dataclass
 class ModelArguments:
-    preset: str | None = field(default=None, metadata={"help": "a DETR preset; detr-shapes without it"})
+    preset: str | None = field(
+        default=None,
+        metadata={
+            "help": f"a DETR or Deformable DETR preset (its model type is the model's); {DEFAULT_PRESET} without it"
+        },
+    )
     model_name_or_path: str | None = field(
-        default=None, metadata={"help": "fine-tune this checkpoint (hf_xcv or transformers DETR) instead of a preset"}
+        default=None,
+        metadata={
+            "help": "fine-tune this checkpoint instead of a preset: hf_xcv DETR / Deformable DETR, or transformers' "
+            "detr / deformable_detr (converted on load); its config's model_type is the model's"
+        },
     )
     backbone_checkpoint: str | None = field(
         default=None,
@@ -63,7 +120,10 @@ class ModelArguments:
             "frozen BatchNorm, stem and stage 1 frozen); without it the backbone trains from scratch"
         },
     )
-    attention_type: str | None = field(default=None, metadata={"help": "the encoder's attention_type"})
+    attention_type: str | None = field(
+        default=None,
+        metadata={"help": "attention_type: DETR's encoder core; Deformable DETR's decoder self-attention core"},
+    )
     config_overrides: str | None = field(
         default=None, metadata={"help": "config fields: 'num_queries=50,auxiliary_loss=false' or a JSON object"}
     )
@@ -83,16 +143,35 @@ class DataArguments:
     eval_split: str = "validation"
     test_split: str = "test"
     pictures: int = field(default=8, metadata={"help": f"test images drawn into {PICTURES} (0: none)"})
+    picture_threshold: float = field(default=0.5, metadata={"help": f"the score above which {PICTURES} draws a box"})
 
 
 @dataclass
 class TrainArguments(runner.RunArguments):
-    learning_rate: float = 1e-4
-    lr_backbone: float = field(default=1e-5, metadata={"help": "learning rate of the trained backbone stages"})
+    learning_rate: float | None = field(
+        default=None, metadata={"help": "learning rate; unset: the model type's recipe (DETR 1e-4, Deformable 2e-4)"}
+    )
+    lr_backbone: float | None = field(
+        default=None,
+        metadata={"help": "learning rate of the trained backbone stages; unset: DETR 1e-5, Deformable DETR 2e-5"},
+    )
+    lr_linear_proj_mult: float = field(
+        default=0.1,
+        metadata={
+            "help": "Deformable DETR: the sampling offsets' and reference points' lr is this times --learning_rate "
+            "(the original's lr_linear_proj_mult; DETR has no such parameters)"
+        },
+    )
     weight_decay: float = 1e-4
     max_grad_norm: float = 0.1
     lr_scheduler_type: str = field(default="step", metadata={"help": "'step' (the original) or a transformers name"})
-    lr_drop: float = field(default=2 / 3, metadata={"help": "'step': fraction of the run after which lr /= 10"})
+    lr_drop: float | None = field(
+        default=None,
+        metadata={
+            "help": "'step': fraction of the run after which lr /= 10; unset: DETR 2/3 (200 of 300 epochs), "
+            "Deformable DETR 0.8 (40 of 50)"
+        },
+    )
     num_train_epochs: int = 50
     per_device_train_batch_size: int = 8
     per_device_eval_batch_size: int = 32
@@ -101,6 +180,37 @@ class TrainArguments(runner.RunArguments):
 
 def parse_args(argv: list[str] | None = None) -> tuple[ModelArguments, DataArguments, TrainArguments]:
     return HfArgumentParser((ModelArguments, DataArguments, TrainArguments)).parse_args_into_dataclasses(args=argv)
+
+
+def detection_presets() -> list[str]:
+    return sorted(name for name, preset in PRESETS.items() if preset.model_type in RECIPES)
+
+
+def model_type_of(args: ModelArguments) -> str:
+    """The hf_xcv model type to train: the preset's, or what the checkpoint's config.json holds (a transformers
+    type as the hf_xcv type it converts to)."""
+    if args.model_name_or_path and args.preset:
+        raise ValueError("pass either --preset or --model_name_or_path, not both")
+    if args.model_name_or_path:
+        source = load_config_dict(args.model_name_or_path).get("model_type")
+        if source not in CHECKPOINT_TYPES:
+            raise ValueError(
+                f"{args.model_name_or_path} holds a checkpoint of model_type {source!r}; this script trains "
+                f"{sorted(CHECKPOINT_TYPES)}"
+            )
+        return CHECKPOINT_TYPES[source]
+    name = args.preset or DEFAULT_PRESET
+    if name not in PRESETS or PRESETS[name].model_type not in RECIPES:
+        made = f" makes a {PRESETS[name].model_type} model" if name in PRESETS else " is unknown"
+        raise ValueError(f"preset {name!r}{made}; this script trains the detection presets {detection_presets()}")
+    return PRESETS[name].model_type
+
+
+def with_recipe(args: TrainArguments, model_type: str) -> TrainArguments:
+    """``args`` with the unset learning rates and lr drop taken from ``model_type``'s original recipe."""
+    recipe = RECIPES[model_type]
+    defaults = {"learning_rate": recipe.learning_rate, "lr_backbone": recipe.lr_backbone, "lr_drop": recipe.lr_drop}
+    return replace(args, **{key: value for key, value in defaults.items() if getattr(args, key) is None})
 
 
 def load_data(args: DataArguments, seed: int) -> DatasetDict:
@@ -114,11 +224,13 @@ def load_data(args: DataArguments, seed: int) -> DatasetDict:
     return runner.require_splits(data, args.dataset, splits, args.max_train_samples, {}, seed, None)
 
 
-def build_processor(args: DataArguments, num_labels: int) -> hf_xcv.XcvDetrImageProcessor:
-    """The original's resize and augmentations, scaled from 800 / 1333 to ``shortest_edge`` / ``longest_edge``."""
+def build_processor(args: DataArguments, num_labels: int, model_type: str = "xcv_detr") -> hf_xcv.XcvDetrImageProcessor:
+    """The image processor of ``model_type`` (DETR's, or Deformable DETR's with its sigmoid top-k
+    post-processing) with the original's resize and augmentations, scaled from 800 / 1333 to ``shortest_edge`` /
+    ``longest_edge``."""
     short, long = args.shortest_edge, args.longest_edge
     scale = short / 800
-    return hf_xcv.XcvDetrImageProcessor(
+    return MODEL_TYPES[model_type].image_processor(
         size={"shortest_edge": short, "longest_edge": long},
         num_labels=num_labels,
         augment_scales=sorted({max(1, round(s * scale)) for s in range(480, 801, 32)}),
@@ -129,19 +241,20 @@ def build_processor(args: DataArguments, num_labels: int) -> hf_xcv.XcvDetrImage
 
 
 def build_model(args: ModelArguments, labels: list[str]) -> torch.nn.Module:
-    """A fresh DETR from a preset (with ImageNet backbone weights when given), or a checkpoint with a new class
-    head for ``labels``."""
-    if args.model_name_or_path and args.preset:
-        raise ValueError("pass either --preset or --model_name_or_path, not both")
+    """A fresh DETR or Deformable DETR from a preset (with ImageNet backbone weights when given), or a checkpoint
+    with a new class head for ``labels``."""
+    model_type = model_type_of(args)
+    entry = MODEL_TYPES[model_type]
+    model_class = entry.heads["AutoModelForObjectDetection"]
     id2label = dict(enumerate(labels))
     overrides: dict[str, Any] = {"num_labels": len(labels), "id2label": id2label}
     overrides["label2id"] = {name: index for index, name in id2label.items()}
     if args.attention_type:
         overrides["attention_type"] = args.attention_type
     overrides.update(runner.parse_overrides(args.config_overrides))
-    check_known_fields(hf_xcv.DetrConfig, overrides)
+    check_known_fields(entry.config, overrides)
     if args.model_name_or_path:
-        return hf_xcv.DetrForObjectDetection.from_pretrained(
+        return model_class.from_pretrained(
             args.model_name_or_path,
             ignore_mismatched_sizes=True,
             attn_implementation=args.attn_implementation,
@@ -150,22 +263,36 @@ def build_model(args: ModelArguments, labels: list[str]) -> torch.nn.Module:
     if not args.backbone_checkpoint:  # from scratch: frozen random layers and un-normalised activations never learn
         overrides = {"freeze_batch_norm": False, "frozen_backbone_stages": 0, **overrides}
         print("no --backbone_checkpoint: the backbone trains from scratch (ordinary BatchNorm, every stage trained)")
-    config = hf_xcv.preset_config(args.preset or "detr-shapes", "xcv_detr", **overrides)
+    config = hf_xcv.preset_config(args.preset or DEFAULT_PRESET, model_type, **overrides)
     config._attn_implementation = args.attn_implementation
-    model = hf_xcv.DetrForObjectDetection(config)
+    model = model_class(config)
     if args.backbone_checkpoint:
         model.model.backbone.load_pretrained(args.backbone_checkpoint)
     return model
 
 
+def parameter_group(name: str) -> str:
+    """Which learning rate a parameter trains at: "backbone", "linear_proj" (:data:`LINEAR_PROJECTIONS`) or
+    "transformer" (the rest)."""
+    if ".backbone." in f".{name}":
+        return "backbone"
+    return "linear_proj" if any(part in name for part in LINEAR_PROJECTIONS) else "transformer"
+
+
 def build_optimizer(model: torch.nn.Module, args: TrainArguments, total_steps: int) -> tuple[Any, Any]:
-    """AdamW with the backbone at ``lr_backbone`` and weight decay on every parameter (the original); a step decay
-    (lr / 10 after ``lr_drop`` of the steps) or a transformers schedule."""
+    """AdamW with weight decay on every parameter and three learning rates (the originals): ``learning_rate``
+    for the transformer and heads, ``lr_backbone`` for the backbone, ``lr_linear_proj_mult * learning_rate`` for
+    Deformable DETR's sampling offsets and reference points (unset rates: the model type's recipe); a step decay
+    (lr / 10 after ``lr_drop`` of the steps) or a transformers schedule. Groups without parameters are left out
+    (DETR has no linear projections): transformer, backbone, linear projections, in this order."""
+    args = with_recipe(args, model.config.model_type)
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
-    groups = [
-        {"params": [p for n, p in named if ".backbone." not in f".{n}"], "lr": args.learning_rate},
-        {"params": [p for n, p in named if ".backbone." in f".{n}"], "lr": args.lr_backbone},
-    ]
+    lrs = {
+        "transformer": args.learning_rate,
+        "backbone": args.lr_backbone,
+        "linear_proj": args.learning_rate * args.lr_linear_proj_mult,
+    }
+    groups = [{"params": [p for n, p in named if parameter_group(n) == group], "lr": lr} for group, lr in lrs.items()]
     optimizer = torch.optim.AdamW([g for g in groups if g["params"]], weight_decay=args.weight_decay)
     if args.lr_scheduler_type != "step":
         return optimizer, runner.build_scheduler(optimizer, args.lr_scheduler_type, 0, total_steps)
@@ -248,8 +375,10 @@ def reporter(
     return report
 
 
-def draw_pictures(model: torch.nn.Module, processor: Any, split: Any, count: int, path: Path) -> None:
-    """Predicted (score > 0.5) and true boxes of the first ``count`` images of ``split``, in one PNG."""
+def draw_pictures(
+    model: torch.nn.Module, processor: Any, split: Any, count: int, path: Path, threshold: float = 0.5
+) -> None:
+    """Predicted (score > ``threshold``) and true boxes of the first ``count`` images of ``split``, in one PNG."""
     model.eval()
     names = detection_label_names(split)
     tiles = []
@@ -258,7 +387,7 @@ def draw_pictures(model: torch.nn.Module, processor: Any, split: Any, count: int
         with torch.no_grad():
             outputs = model(**{k: v.to(model.device) for k, v in inputs.items()})
         size = torch.tensor([[row["height"], row["width"]]])
-        found = processor.post_process_object_detection(outputs, threshold=0.5, target_sizes=size)[0]
+        found = processor.post_process_object_detection(outputs, threshold=threshold, target_sizes=size)[0]
         truth = [a for a in row["annotations"]]
         boxes = [[x, y, x + w, y + h] for x, y, w, h in (a["bbox"] for a in truth)]
         ground_truth = {"boxes": np.array(boxes).reshape(-1, 4), "labels": [a["category_id"] for a in truth]}
@@ -275,6 +404,8 @@ def model_card(model, results, args: TrainArguments, model_args, data_args: Data
     split = data_args.test_split
     dataset_id = "hf-xcv-shapes" if data_args.dataset == "shapes" else dataset_label(data_args.dataset)
     metrics = {k: v for k, v in results[split].items() if k.startswith(("map", "mar")) and v >= 0}
+    recipe = RECIPES[model.config.model_type]
+    family = {"family": recipe.name, "paper": recipe.paper, "scores": recipe.scores}
     return build_model_card(
         TEMPLATE, model, repo_id=args.hub_model_id or Path(args.output_dir).name, dataset_id=dataset_id,
         dataset_name=dataset_id, results=[MeasuredResult(k, v, split) for k, v in metrics.items()],
@@ -282,18 +413,21 @@ def model_card(model, results, args: TrainArguments, model_args, data_args: Data
         command=runner.script_command("hf-xcv-train object-detection", argv), task_type="object-detection",
         pipeline_tag="object-detection", base_model=model_args.model_name_or_path,
         dataset_on_hub=data_args.dataset != "shapes" and hub_id(data_args.dataset) is not None,
+        template_vars=family,
     )  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     argv = sys.argv[1:] if argv is None else argv
     model_args, data_args, args = parse_args(argv)
-    data = load_data(data_args, args.seed)  # before the run folder is claimed: a bad dataset leaves nothing behind
+    model_type = model_type_of(model_args)  # these two before the run folder is claimed: a bad preset, checkpoint
+    data = load_data(data_args, args.seed)  # or dataset leaves nothing behind
+    args = with_recipe(args, model_type)  # the rates the run uses, as the run record and the card show them
     accelerator, out = runner.start_run(args, model=model_args, data=data_args)
     with runner.setting_up(accelerator, out):
         labels = detection_label_names(data)
         model = build_model(model_args, labels)
-        processor = build_processor(data_args, len(labels))
+        processor = build_processor(data_args, len(labels), model_type)
         loaders, transform = build_dataloaders(data, processor, data_args, args)
         parts, state, (eval_dl, test_dl) = runner.prepare_loop(
             accelerator, out, args, model, loaders, lambda model, total: build_optimizer(model, args, total)
@@ -317,7 +451,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     results = runner.finish(parts, state, args, scores, [processor], card_for)
     if data_args.pictures and accelerator.is_main_process:
         unwrapped = accelerator.unwrap_model(model)
-        draw_pictures(unwrapped, processor, data[data_args.test_split], data_args.pictures, out / PICTURES)
+        test = data[data_args.test_split]
+        draw_pictures(unwrapped, processor, test, data_args.pictures, out / PICTURES, data_args.picture_threshold)
     return results
 
 

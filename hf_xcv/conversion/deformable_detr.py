@@ -28,7 +28,15 @@ from typing import Any
 import torch
 
 from .checkpoint_io import load_pth_state_dict
-from .detr import _count, _official_resnet, _rename_backbone, _shape, _split_in_proj, resnet_config
+from .detr import (
+    _count,
+    _official_resnet,
+    _rename_backbone,
+    _shape,
+    _split_in_proj,
+    detection_config,
+    resnet_config,
+)
 from .rules import Rule, rename_keys
 
 SOURCE_MODEL_TYPE = "deformable_detr"
@@ -57,7 +65,6 @@ _ARCHITECTURE_FIELDS = (
     "two_stage_num_proposals",
     "with_box_refine",
 )
-_PASSED_THROUGH = ("id2label", "label2id", "dtype", "torch_dtype")
 _ARCHITECTURES = ("DeformableDetrForObjectDetection", "DeformableDetrModel")
 _HEADS = ("class_embed", "bbox_embed")
 
@@ -100,15 +107,10 @@ def _backbone_config(source: dict[str, Any]) -> dict[str, Any]:
 
 def convert_config(source: dict[str, Any]) -> dict[str, Any]:
     """transformers DeformableDetrConfig dict -> hf_xcv DeformableDetrConfig dict (architecture only)."""
-    if source.get("model_type") != SOURCE_MODEL_TYPE:
-        raise ValueError(f"expected a config of model_type {SOURCE_MODEL_TYPE!r}, got {source.get('model_type')!r}")
-    out: dict[str, Any] = {key: source[key] for key in _ARCHITECTURE_FIELDS + _PASSED_THROUGH if key in source}
-    out["backbone_config"] = _backbone_config(source)
-    out["model_type"] = TARGET_MODEL_TYPE
-    architectures = [a for a in source.get("architectures") or [] if a in _ARCHITECTURES]
-    if architectures:
-        out["architectures"] = architectures
-    return out
+    backbone = _backbone_config(source) if source.get("model_type") == SOURCE_MODEL_TYPE else {}
+    return detection_config(
+        source, SOURCE_MODEL_TYPE, TARGET_MODEL_TYPE, _ARCHITECTURE_FIELDS, _ARCHITECTURES, backbone
+    )
 
 
 _Slot = tuple[str, int, str]  # (class_embed | bbox_embed, head index, rest of the name)

@@ -88,17 +88,33 @@ def _backbone_config(source: dict[str, Any]) -> dict[str, Any]:
     raise ValueError(f"a DETR backbone of model_type {(backbone or {}).get('model_type')!r} cannot be converted")
 
 
+def detection_config(
+    source: dict[str, Any],
+    source_model_type: str,
+    target_model_type: str,
+    fields: tuple[str, ...],
+    architectures: tuple[str, ...],
+    backbone_config: dict[str, Any],
+) -> dict[str, Any]:
+    """A transformers detector's config dict -> hf_xcv's: the architecture ``fields`` (and labels, dtype) only,
+    so that hf_xcv's training defaults (the original recipe) apply; the converted ``backbone_config``."""
+    if source.get("model_type") != source_model_type:
+        raise ValueError(f"expected a config of model_type {source_model_type!r}, got {source.get('model_type')!r}")
+    out: dict[str, Any] = {key: source[key] for key in fields + _PASSED_THROUGH if key in source}
+    out["backbone_config"] = backbone_config
+    out["model_type"] = target_model_type
+    kept = [a for a in source.get("architectures") or [] if a in architectures]
+    if kept:
+        out["architectures"] = kept
+    return out
+
+
 def convert_config(source: dict[str, Any]) -> dict[str, Any]:
     """transformers DETR config dict -> hf_xcv DetrConfig dict (the original training recipe, see above)."""
-    if source.get("model_type") != SOURCE_MODEL_TYPE:
-        raise ValueError(f"expected a config of model_type {SOURCE_MODEL_TYPE!r}, got {source.get('model_type')!r}")
-    out: dict[str, Any] = {key: source[key] for key in _ARCHITECTURE_FIELDS + _PASSED_THROUGH if key in source}
-    out["backbone_config"] = _backbone_config(source)
-    out["model_type"] = TARGET_MODEL_TYPE
-    architectures = [a for a in source.get("architectures") or [] if a in _ARCHITECTURES]
-    if architectures:
-        out["architectures"] = architectures
-    return out
+    backbone = _backbone_config(source) if source.get("model_type") == SOURCE_MODEL_TYPE else {}
+    return detection_config(
+        source, SOURCE_MODEL_TYPE, TARGET_MODEL_TYPE, _ARCHITECTURE_FIELDS, _ARCHITECTURES, backbone
+    )
 
 
 def torchvision_resnet_key(name: str) -> str | None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from transformers import AutoConfig, PretrainedConfig
+from transformers import AutoConfig
 from transformers.configuration_utils import SubConfigSpec
 
 from ...configuration_utils import (

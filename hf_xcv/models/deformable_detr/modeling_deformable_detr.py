@@ -16,7 +16,6 @@ with stages 2-4 trainable and read at strides 8/16/32, and boxes relative to eac
 
 from __future__ import annotations
 
-import copy
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -25,19 +24,21 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 from transformers import initialization as init
-from transformers.utils import ModelOutput
 from transformers.utils.generic import can_return_tuple
 
 from ...attention import MultiHeadAttention
-from ...attention.deformable import MultiScaleDeformableAttention, level_start_index
+from ...attention.deformable import MultiScaleDeformableAttention
 from ...layers import sine_position_embedding_2d
 from ...losses import HungarianMatcher, SetCriterion
 from ..detr.modeling_detr import (
     DetrBackbone,
     DetrBlock,
     DetrMLPPredictionHead,
+    DetrModelOutput,
+    DetrObjectDetectionOutput,
     DetrPreTrainedModel,
     check_detection_labels,
+    detection_output,
 )
 from .configuration_deformable_detr import (
     DEFORMABLE_DECODER_REQUESTS,
@@ -52,54 +53,33 @@ PROPOSAL_BASE_SIZE = 0.05
 
 
 @dataclass
-class DeformableDetrModelOutput(ModelOutput):
-    """``last_hidden_state`` (B, Q, d): the last decoder layer's output; ``intermediate_hidden_states``
-    (layers, B, Q, d): every decoder layer's; ``intermediate_reference_points``: the reference each decoder layer
-    read, one (B, Q, 2|4) tensor per layer (points, then boxes once box refinement has refined them); ``init_reference_points`` (B, Q, 2|4); ``intermediate_predicted_boxes``
-    (layers, B, Q, 4): the boxes of each layer when the decoder refines them (box refinement), else None;
-    ``enc_outputs_class`` / ``enc_outputs_coord_logits`` (two-stage): the encoder's proposal scores (B, N, K) and
-    box logits (B, N, 4); ``encoder_last_hidden_state`` (B, N, d) over the flattened levels; hidden states and
-    attention weights when asked (deformable attention weights: (B, heads, Q, levels * points))."""
+class DeformableDetrModelOutput(DetrModelOutput):
+    """As :class:`DetrModelOutput` (``last_hidden_state``: the last decoder layer's output, there is no final
+    LayerNorm; ``intermediate_hidden_states``: every decoder layer's; ``encoder_last_hidden_state`` (B, N, d)
+    over the flattened levels; deformable attention weights (B, heads, Q, levels * points)), and
+    ``intermediate_reference_points``: the reference each decoder layer read, one (B, Q, 2|4) tensor per layer
+    (points, then boxes once box refinement has refined them); ``init_reference_points`` (B, Q, 2|4);
+    ``intermediate_predicted_boxes`` (layers, B, Q, 4): each layer's boxes when the decoder refines them (box
+    refinement), else None; ``enc_outputs_class`` / ``enc_outputs_coord_logits`` (two-stage): the encoder's
+    proposal scores (B, N, K) and box logits (B, N, 4)."""
 
-    last_hidden_state: torch.Tensor | None = None
-    intermediate_hidden_states: torch.Tensor | None = None
     intermediate_reference_points: tuple[torch.Tensor, ...] | None = None
     init_reference_points: torch.Tensor | None = None
     intermediate_predicted_boxes: torch.Tensor | None = None
     enc_outputs_class: torch.Tensor | None = None
     enc_outputs_coord_logits: torch.Tensor | None = None
-    decoder_hidden_states: tuple[torch.Tensor, ...] | None = None
-    decoder_attentions: tuple[torch.Tensor, ...] | None = None
-    cross_attentions: tuple[torch.Tensor, ...] | None = None
-    encoder_last_hidden_state: torch.Tensor | None = None
-    encoder_hidden_states: tuple[torch.Tensor, ...] | None = None
-    encoder_attentions: tuple[torch.Tensor, ...] | None = None
 
 
 @dataclass
-class DeformableDetrObjectDetectionOutput(ModelOutput):
-    """``loss`` (the weighted sum, with labels) and its unweighted parts ``loss_dict`` (``loss_ce``,
-    ``loss_bbox``, ``loss_giou``, ``_0`` .. ``_{L-2}`` for the earlier decoder layers, ``_enc`` for the two-stage
-    encoder proposals); ``logits`` (B, Q, num_labels), sigmoid scores (no "no object" class); ``pred_boxes``
-    (B, Q, 4) normalised (cx, cy, w, h) relative to each unpadded image; ``auxiliary_outputs`` (earlier layers);
-    ``enc_outputs`` (two-stage: the proposals' ``logits`` and ``pred_boxes``); the rest as
+class DeformableDetrObjectDetectionOutput(DetrObjectDetectionOutput):
+    """As :class:`DetrObjectDetectionOutput`, with ``logits`` (B, Q, num_labels) sigmoid scores (no "no object"
+    class), ``loss_dict`` holding ``_enc`` losses of the two-stage proposals, and ``enc_outputs`` (two-stage: the
+    proposals' ``logits`` and ``pred_boxes``), ``intermediate_hidden_states`` and ``init_reference_points`` as
     :class:`DeformableDetrModelOutput`."""
 
-    loss: torch.Tensor | None = None
-    loss_dict: dict[str, torch.Tensor] | None = None
-    logits: torch.Tensor | None = None
-    pred_boxes: torch.Tensor | None = None
-    auxiliary_outputs: list[dict[str, torch.Tensor]] | None = None
     enc_outputs: dict[str, torch.Tensor] | None = None
-    last_hidden_state: torch.Tensor | None = None
     intermediate_hidden_states: torch.Tensor | None = None
     init_reference_points: torch.Tensor | None = None
-    decoder_hidden_states: tuple[torch.Tensor, ...] | None = None
-    decoder_attentions: tuple[torch.Tensor, ...] | None = None
-    cross_attentions: tuple[torch.Tensor, ...] | None = None
-    encoder_last_hidden_state: torch.Tensor | None = None
-    encoder_hidden_states: tuple[torch.Tensor, ...] | None = None
-    encoder_attentions: tuple[torch.Tensor, ...] | None = None
 
 
 def inverse_sigmoid(x: torch.Tensor, eps: float = 1e-5) -> torch.Tensor:
@@ -245,8 +225,10 @@ class DeformableDetrEncoder(nn.Module):
             )
             states.append(hidden_states)
             maps.append(weights)
-        return hidden_states, (tuple(states) if output_hidden_states else None), (
-            tuple(maps) if output_attentions else None
+        return (
+            hidden_states,
+            (tuple(states) if output_hidden_states else None),
+            (tuple(maps) if output_attentions else None),
         )
 
 
@@ -365,7 +347,13 @@ class DeformableDetrPreTrainedModel(DetrPreTrainedModel):
     _task_head_modules = ("class_embed", "bbox_embed")
     attention_requests = DEFORMABLE_DECODER_REQUESTS
     attention_role = "Deformable DETR's decoder"
-    _structurally_zero_gradients = ()
+    # Zero by the original initialisation, on a freshly initialised model (the first update brings them in): the
+    # box heads' last layer is zero, so its first two layers get no gradient; positions (and so the level
+    # embedding) reach the encoder only through the sampling offsets and attention weights, whose matrices are zero.
+    _structurally_zero_gradients = (
+        r"bbox_embed\.\d+\.layers\.[01]\.(weight|bias)",
+        r"(model\.)?level_embed",
+    )
 
     def _init_weights(self, module: nn.Module) -> None:
         """The original initialisation: Xavier-uniform matrices in the transformer (the decoder's fused q/k/v
@@ -671,7 +659,10 @@ class DeformableDetrForObjectDetection(DeformableDetrPreTrainedModel):
             auxiliary = [{"logits": a, "pred_boxes": b} for a, b in zip(all_logits[:-1], all_boxes[:-1])]
         enc_outputs = None
         if self.config.two_stage:
-            enc_outputs = {"logits": outputs.enc_outputs_class, "pred_boxes": outputs.enc_outputs_coord_logits.sigmoid()}
+            enc_outputs = {
+                "logits": outputs.enc_outputs_class,
+                "pred_boxes": outputs.enc_outputs_coord_logits.sigmoid(),
+            }
         loss = loss_dict = None
         if labels is not None:
             check_detection_labels(labels, all_logits[-1].shape[0])
@@ -683,20 +674,13 @@ class DeformableDetrForObjectDetection(DeformableDetrPreTrainedModel):
                 enc_loss, enc_dict = criterion(enc_outputs, agnostic)
                 loss = loss + enc_loss
                 loss_dict.update({f"{name}_enc": value for name, value in enc_dict.items()})
-        return DeformableDetrObjectDetectionOutput(
+        return detection_output(
+            DeformableDetrObjectDetectionOutput,
+            outputs,
             loss=loss,
             loss_dict=loss_dict,
             logits=all_logits[-1],
             pred_boxes=all_boxes[-1],
             auxiliary_outputs=auxiliary,
             enc_outputs=enc_outputs,
-            last_hidden_state=outputs.last_hidden_state,
-            intermediate_hidden_states=outputs.intermediate_hidden_states,
-            init_reference_points=outputs.init_reference_points,
-            decoder_hidden_states=outputs.decoder_hidden_states,
-            decoder_attentions=outputs.decoder_attentions,
-            cross_attentions=outputs.cross_attentions,
-            encoder_last_hidden_state=outputs.encoder_last_hidden_state,
-            encoder_hidden_states=outputs.encoder_hidden_states,
-            encoder_attentions=outputs.encoder_attentions,
         )

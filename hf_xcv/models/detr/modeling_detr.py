@@ -355,9 +355,15 @@ class DetrPreTrainedModel(XcvPreTrainedModel):
     _keys_to_ignore_on_load_unexpected = [r".*\.num_batches_tracked"]
     _keys_to_ignore_on_load_missing = [r".*\.num_batches_tracked"]  # ordinary BatchNorm (freeze_batch_norm=False)
     attention_requests = DETR_ENCODER_REQUESTS
-    # The first decoder layer's self-attention reads the all-zero initial targets as its values: W_v's gradient
-    # is zero (its bias carries the signal), in the original as here.
-    _structurally_zero_gradients = (r"(model\.)?decoder\.layers\.0\.self_attn\.v_proj\.weight",)
+    # The first decoder layer's self-attention reads the all-zero initial targets as its values. With the
+    # original's zero attention biases its values are then zero and its output is o_proj's bias alone: the q, k, v
+    # and o matrices, the q / k biases and the LayerNorm's scale get no gradient from a freshly initialised model
+    # (in the original as here; the first update of the value bias brings them in).
+    _structurally_zero_gradients = (
+        r"(model\.)?decoder\.layers\.0\.self_attn\.(q|k|v|o)_proj\.weight",
+        r"(model\.)?decoder\.layers\.0\.self_attn\.(q|k)_proj\.bias",
+        r"(model\.)?decoder\.layers\.0\.self_attn_layer_norm\.weight",
+    )
     attention_role = "DETR's encoder"
 
     def _init_weights(self, module: nn.Module) -> None:
@@ -505,6 +511,13 @@ class DetrMLPPredictionHead(nn.Module):
         return x
 
 
+def detection_output(output_class: type[ModelOutput], outputs: ModelOutput, **heads: Any) -> ModelOutput:
+    """A detector's output: the heads' fields, and every field of ``output_class`` the bare model's
+    ``outputs`` also has (hidden states, attention maps, ...)."""
+    shared = {name: getattr(outputs, name) for name in output_class.__dataclass_fields__ if name not in heads}
+    return output_class(**{name: value for name, value in shared.items() if hasattr(outputs, name)}, **heads)
+
+
 def check_detection_labels(labels: Any, batch: int) -> None:
     """One dict per image with ``class_labels`` (T,) and ``boxes`` (T, 4) — named when not."""
     if not isinstance(labels, (list, tuple)) or len(labels) != batch:
@@ -587,27 +600,22 @@ class DetrForObjectDetection(DetrPreTrainedModel):
             check_detection_labels(labels, all_logits.shape[1])
             predictions = {"logits": all_logits[-1], "pred_boxes": all_boxes[-1], "auxiliary_outputs": auxiliary or []}
             loss, loss_dict = self.criterion()(predictions, labels)
-        return DetrObjectDetectionOutput(
+        return detection_output(
+            DetrObjectDetectionOutput,
+            outputs,
             loss=loss,
             loss_dict=loss_dict,
             logits=all_logits[-1],
             pred_boxes=all_boxes[-1],
             auxiliary_outputs=auxiliary,
-            last_hidden_state=outputs.last_hidden_state,
-            decoder_hidden_states=outputs.decoder_hidden_states,
-            decoder_attentions=outputs.decoder_attentions,
-            cross_attentions=outputs.cross_attentions,
-            encoder_last_hidden_state=outputs.encoder_last_hidden_state,
-            encoder_hidden_states=outputs.encoder_hidden_states,
-            encoder_attentions=outputs.encoder_attentions,
         )
 
 
 def detr_dummy_inputs(model: DetrPreTrainedModel, *, batch: int = 2, labels: bool = True, padded: bool = True) -> dict:
-    """What the registry-driven tests feed every DETR and Deformable DETR model: a batch of images where the second is padded at the
-    bottom and right (when ``padded``), and for the detector one target dict per image: with ``padded`` the
-    first image without objects and the others with 1, 2, ... boxes; without, two boxes in every image (so that
-    any split of the batch holds as many objects in each part)."""
+    """What the registry-driven tests feed every DETR and Deformable DETR model: a batch of images where the
+    second is padded at the bottom and right (when ``padded``), and for the detector one target dict per image:
+    with ``padded`` the first image without objects and the others with 1, 2, ... boxes; without, two boxes in
+    every image (so that any split of the batch holds as many objects in each part)."""
     generator = torch.Generator().manual_seed(0)
     height, width = 96, 80
     inputs: dict[str, Any] = {
