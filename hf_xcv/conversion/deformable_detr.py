@@ -28,6 +28,7 @@ from typing import Any
 import torch
 
 from .checkpoint_io import load_pth_state_dict
+from .detr import _ARCHITECTURE_FIELDS as DETR_ARCHITECTURE_FIELDS
 from .detr import (
     _count,
     _official_resnet,
@@ -43,21 +44,10 @@ SOURCE_MODEL_TYPE = "deformable_detr"
 TARGET_MODEL_TYPE = "xcv_deformable_detr"
 PROCESSOR_TYPE = "XcvDeformableDetrImageProcessor"
 
-_ARCHITECTURE_FIELDS = (
-    "num_channels",
-    "num_queries",
-    "encoder_layers",
-    "encoder_ffn_dim",
-    "encoder_attention_heads",
-    "decoder_layers",
-    "decoder_ffn_dim",
-    "decoder_attention_heads",
-    "activation_function",
-    "d_model",
-    "init_std",
-    "init_xavier_std",
-    "position_embedding_type",
-    "dilation",
+# DETR's architecture fields without the ones where hf_xcv's defaults are Deformable DETR's recipe (dropout, the
+# costs and loss weights: transformers' own defaults there are not the original's), plus the deformable ones.
+_RECIPE_FIELDS = ("dropout", "class_cost", "bbox_cost", "giou_cost", "bbox_loss_coefficient", "giou_loss_coefficient")
+_ARCHITECTURE_FIELDS = tuple(f for f in DETR_ARCHITECTURE_FIELDS if f not in (*_RECIPE_FIELDS, "eos_coefficient")) + (
     "num_feature_levels",
     "encoder_n_points",
     "decoder_n_points",
