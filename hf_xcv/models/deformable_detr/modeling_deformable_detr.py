@@ -446,6 +446,39 @@ class DeformableDetrModel(DeformableDetrPreTrainedModel):
             masks.append(resample_mask(valid, source.shape[-2:]))
         return sources, masks
 
+    def decoder_queries(self, memory, padding, shapes, class_heads, box_heads) -> tuple[torch.Tensor | None, ...]:
+        """The decoder's query positions, targets and (normalised) references: the learned queries, or in the
+        two-stage model the encoder's top proposals (then also their scores (B, N, K) and box logits (B, N, 4))."""
+        config = self.config
+        batch, d, dtype = memory.shape[0], config.d_model, memory.dtype
+        enc_class = enc_coords = None
+        if config.two_stage:
+            if class_heads is None or box_heads is None:
+                raise ValueError(
+                    "the two-stage Deformable DETR needs the detector's heads to score its proposals: use "
+                    "DeformableDetrForObjectDetection (or pass class_heads and box_heads)"
+                )
+            proposals_memory, proposals = encoder_proposals(memory, padding, shapes)
+            proposals_memory = self.enc_output_norm(self.enc_output(proposals_memory))
+            enc_class = class_heads[-1](proposals_memory)  # (B, N, K)
+            enc_coords = box_heads[-1](proposals_memory) + proposals  # (B, N, 4) logits
+            count = config.two_stage_num_proposals
+            if count > enc_class.shape[1]:
+                raise ValueError(
+                    f"two_stage_num_proposals={count} exceeds the {enc_class.shape[1]} encoder pixels of these images"
+                )
+            top = torch.topk(enc_class[..., 0], count, dim=1).indices  # (B, K)
+            top_coords = torch.gather(enc_coords, 1, top[..., None].expand(-1, -1, 4)).detach()
+            reference_points = top_coords.sigmoid()
+            embedded = self.pos_trans_norm(self.pos_trans(proposal_position_embedding(top_coords, d // 2).to(dtype)))
+            query_positions, targets = embedded.split(d, dim=2)
+        else:
+            query_positions, targets = self.query_position_embeddings.weight.split(d, dim=1)
+            query_positions = query_positions[None].expand(batch, -1, -1)
+            targets = targets[None].expand(batch, -1, -1)
+            reference_points = self.reference_points(query_positions).sigmoid()
+        return query_positions, targets, reference_points, enc_class, enc_coords
+
     @can_return_tuple
     def forward(
         self,
@@ -486,33 +519,9 @@ class DeformableDetrModel(DeformableDetrPreTrainedModel):
         memory, encoder_states, encoder_maps = self.encoder(
             source, positions, shapes, padding, ratios, output_attentions, output_hidden_states
         )
-        batch, d = memory.shape[0], config.d_model
-        enc_class = enc_coords = None
-        if config.two_stage:
-            if class_heads is None or box_heads is None:
-                raise ValueError(
-                    "the two-stage Deformable DETR needs the detector's heads to score its proposals: use "
-                    "DeformableDetrForObjectDetection (or pass class_heads and box_heads)"
-                )
-            proposals_memory, proposals = encoder_proposals(memory, padding, shapes)
-            proposals_memory = self.enc_output_norm(self.enc_output(proposals_memory))
-            enc_class = class_heads[-1](proposals_memory)  # (B, N, K)
-            enc_coords = box_heads[-1](proposals_memory) + proposals  # (B, N, 4) logits
-            count = config.two_stage_num_proposals
-            if count > enc_class.shape[1]:
-                raise ValueError(
-                    f"two_stage_num_proposals={count} exceeds the {enc_class.shape[1]} encoder pixels of these images"
-                )
-            top = torch.topk(enc_class[..., 0], count, dim=1).indices  # (B, K)
-            top_coords = torch.gather(enc_coords, 1, top[..., None].expand(-1, -1, 4)).detach()
-            reference_points = top_coords.sigmoid()
-            embedded = self.pos_trans_norm(self.pos_trans(proposal_position_embedding(top_coords, d // 2).to(dtype)))
-            query_positions, targets = embedded.split(d, dim=2)
-        else:
-            query_positions, targets = self.query_position_embeddings.weight.split(d, dim=1)
-            query_positions = query_positions[None].expand(batch, -1, -1)
-            targets = targets[None].expand(batch, -1, -1)
-            reference_points = self.reference_points(query_positions).sigmoid()
+        query_positions, targets, reference_points, enc_class, enc_coords = self.decoder_queries(
+            memory, padding, shapes, class_heads, box_heads
+        )
         init_reference = reference_points
         refining = box_heads if config.with_box_refine else None
         decoded = self.decoder(
