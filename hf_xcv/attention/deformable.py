@@ -197,18 +197,23 @@ class _Layout:
             total = part if total is None else total.add_(part)
         return total
 
+    def attend(self, value: torch.Tensor, locations: torch.Tensor, weights: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """The forward: (B, Q, heads * D), and what the backward needs (the table, the rows, the fractional
+        parts, the inside mask and the corner weights)."""
+        batch, _, heads, dim = value.shape
+        table = self.pad(value).view(-1, dim)
+        rows, corner_weights, fx, fy, inside = self.geometry(locations, weights, heads)
+        output = self.sample(table, rows, corner_weights, heads).view(batch, locations.shape[1], heads * dim)
+        return output, table, rows, fx, fy, inside, corner_weights
+
 
 class _DeformableSampling(torch.autograd.Function):
     @staticmethod
     def forward(ctx, value, locations, weights, layout):
-        batch, _, heads, dim = value.shape
-        queries = locations.shape[1]
-        table = layout.pad(value).view(-1, dim)
-        rows, corner_weights, fx, fy, inside = layout.geometry(locations, weights, heads)
-        output = layout.sample(table, rows, corner_weights, heads)
+        output, table, rows, fx, fy, inside, corner_weights = layout.attend(value, locations, weights)
         ctx.layout, ctx.value_shape = layout, value.shape
         ctx.save_for_backward(table, rows, fx, fy, inside, weights, corner_weights)
-        return output.view(batch, queries, heads * dim)
+        return output
 
     @staticmethod
     def backward(ctx, grad_output):
@@ -283,10 +288,7 @@ def multi_scale_deformable_attention(
         value.requires_grad or sampling_locations.requires_grad or attention_weights.requires_grad
     ):
         return _DeformableSampling.apply(value, sampling_locations, attention_weights, layout)
-    batch, queries, heads = sampling_locations.shape[:3]
-    table = layout.pad(value).view(-1, value.shape[-1])
-    rows, corner_weights, *_ = layout.geometry(sampling_locations, attention_weights, heads)
-    return layout.sample(table, rows, corner_weights, heads).view(batch, queries, -1)
+    return layout.attend(value, sampling_locations, attention_weights)[0]
 
 
 # ----------------------------------------------------------------------------------------------------------
