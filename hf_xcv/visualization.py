@@ -236,3 +236,134 @@ def detection_grid(
             draw.text((x, y), titles[index], fill=(0, 0, 0), font=font)
         grid.paste(tile, (x, y + title_h))
     return grid
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# restoration: LR, bicubic, output and HR side by side
+
+RESTORATION_COLUMNS = ("lr", "bicubic", "output", "hr", "reference")
+_RESTORATION_TITLES = {"lr": "LR", "bicubic": "bicubic", "output": "output", "hr": "HR", "reference": "reference"}
+
+
+def _upscale_factor(lr: PIL.Image.Image, hr: PIL.Image.Image, where: str) -> int:
+    """The integer factor from LR to HR, the same along both sides."""
+    factor = hr.width // lr.width
+    if factor < 1 or (lr.width * factor, lr.height * factor) != hr.size:
+        raise ValueError(
+            f"{where}: the HR image ({hr.width}x{hr.height}) must be the LR one ({lr.width}x{lr.height}) times an "
+            "integer factor along both sides"
+        )
+    return factor
+
+
+def _restoration_tiles(row: Mapping[str, Any], where: str) -> tuple[dict[str, PIL.Image.Image], int]:
+    """A row's images as RGB tiles (LR upscaled to HR size, nearest neighbour), and the LR-to-HR factor."""
+    if not isinstance(row, Mapping):
+        raise ValueError(f"{where} must be a mapping with 'lr', 'output' and 'hr', got {type(row).__name__}")
+    missing = [key for key in ("lr", "output", "hr") if row.get(key) is None]
+    if missing:
+        raise ValueError(f"{where} lacks {missing}: each row needs 'lr', 'output' and 'hr'")
+    unknown = sorted(set(row) - {*RESTORATION_COLUMNS, "title", "captions"})
+    if unknown:
+        raise ValueError(f"{where} has unknown keys {unknown}; allowed: {[*RESTORATION_COLUMNS, 'title', 'captions']}")
+    tiles = {key: _to_pil(row[key]) for key in RESTORATION_COLUMNS if row.get(key) is not None}
+    hr = tiles["hr"]
+    factor = _upscale_factor(tiles["lr"], hr, where)
+    if "bicubic" not in tiles:
+        tiles["bicubic"] = tiles["lr"].resize(hr.size, PIL.Image.BICUBIC)
+    for key in ("bicubic", "output"):
+        if tiles[key].size != hr.size:
+            raise ValueError(
+                f"{where}: '{key}' is {tiles[key].width}x{tiles[key].height} but 'hr' is {hr.width}x{hr.height}"
+            )
+    tiles["lr"] = tiles["lr"].resize(hr.size, PIL.Image.NEAREST)
+    return tiles, factor
+
+
+def _restoration_captions(
+    row: Mapping[str, Any], tiles: dict[str, PIL.Image.Image], factor: int, output_label: str, psnr_channel: str | None
+) -> dict[str, str]:
+    """Each tile's caption: its title, with the Y-PSNR against HR (shave = factor) for bicubic and output; a row's
+    ``title`` leads the LR caption, and its ``captions`` replace any of them."""
+    from .metrics.restoration import psnr  # not at import: the metrics pull in evaluate
+
+    captions = dict(_RESTORATION_TITLES, output=output_label)
+    if row.get("title"):
+        captions["lr"] = f"{row['title']} LR"
+    hr = np.asarray(tiles["hr"])
+    if psnr_channel is not None and min(hr.shape[:2]) > 2 * factor:
+        for key in ("bicubic", "output"):
+            value = psnr(np.asarray(tiles[key]), hr, scale=factor, channel=psnr_channel)
+            captions[key] = f"{captions[key]} {value:.2f} dB"
+    return captions | dict(row.get("captions") or {})
+
+
+def restoration_panel(
+    rows: Sequence[Mapping[str, Any]],
+    output_label: str = "output",
+    psnr_channel: str | None = "y",
+    padding: int = 4,
+    background: Colour = (255, 255, 255),
+) -> PIL.Image.Image:
+    """LR, bicubic, the model's output and HR side by side, one row per image, each tile under a caption
+    ("LR", "bicubic 26.84 dB", "TTSR 27.90 dB", "HR"), and a reference column when any row has a reference.
+
+    The tiles hold the given pixels, unscaled, except LR, which is upscaled by nearest neighbour to HR's size so
+    that its pixels show as blocks. Rows of different sizes are not scaled either: each column is as wide as its
+    widest tile (or caption), each row as high as its highest tile, and smaller tiles sit in the top-left corner of
+    their cell, padded with ``background`` (as is a row without a reference in the reference column).
+
+    Args:
+        rows: one mapping per image with ``lr``, ``output`` and ``hr`` (PIL images, numpy arrays or tensors,
+            channels first or last, floats in [0, 1]), optionally ``bicubic`` (default: PIL's bicubic upscaling of
+            ``lr``, TTSR's), ``reference``, ``title`` (leads the LR caption) and ``captions`` (a mapping from column
+            name, ``"lr"``, ``"bicubic"``, ``"output"``, ``"hr"``, ``"reference"``, to a caption replacing the
+            default). HR must be LR times an integer factor; bicubic and output must have HR's size.
+        output_label: the output column's caption ("TTSR", say).
+        psnr_channel: the PSNR in the bicubic and output captions, against HR with the border shaved by the
+            factor (:func:`hf_xcv.metrics.psnr`): ``"y"`` or ``"rgb"``; None: no PSNR.
+        padding: pixels between and around the tiles.
+        background: the colour of the padding.
+    """
+    if len(rows) == 0:
+        raise ValueError("restoration_panel needs at least one row")
+    laid_out = [_restoration_tiles(row, f"rows[{index}]") for index, row in enumerate(rows)]
+    captions = [
+        _restoration_captions(row, tiles, factor, output_label, psnr_channel)
+        for row, (tiles, factor) in zip(rows, laid_out)
+    ]
+    columns = [key for key in RESTORATION_COLUMNS if any(key in tiles for tiles, _ in laid_out)]
+    widths = [
+        max(
+            max(tiles[key].width, _text_width(texts[key]))
+            for (tiles, _), texts in zip(laid_out, captions)
+            if key in tiles
+        )
+        for key in columns
+    ]
+    heights = [max(tile.height for tile in tiles.values()) for tiles, _ in laid_out]
+    caption_h = _caption_height()
+    size = (sum(widths) + (len(columns) + 1) * padding, sum(heights) + len(rows) * (caption_h + padding) + padding)
+    panel = PIL.Image.new("RGB", size, background)
+    draw = PIL.ImageDraw.Draw(panel)
+    y = padding
+    for (tiles, _), row_captions, height in zip(laid_out, captions, heights):
+        x = padding
+        for key, width in zip(columns, widths):
+            if key in tiles:
+                draw.text((x, y), row_captions[key], fill=(0, 0, 0), font=_font())
+                panel.paste(tiles[key], (x, y + caption_h))
+            x += width + padding
+        y += caption_h + height + padding
+    return panel
+
+
+def _caption_height() -> int:
+    """The height of a caption line above a tile: the default font's tallest glyphs and a 2-pixel gap."""
+    probe = PIL.ImageDraw.Draw(PIL.Image.new("RGB", (1, 1)))
+    return probe.textbbox((0, 0), "Ag|dB", font=_font())[3] + 2
+
+
+def _text_width(text: str) -> int:
+    probe = PIL.ImageDraw.Draw(PIL.Image.new("RGB", (1, 1)))
+    return int(probe.textbbox((0, 0), text, font=_font())[2])

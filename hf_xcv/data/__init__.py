@@ -8,6 +8,15 @@ from .image_classification import (
     image_classification_transform,
     random_shift,
 )
+from .photos import (
+    load_photo,
+    load_photos_dataset,
+    load_restoration_folder,
+    mod_crop,
+    panned_views,
+    photo_features,
+    training_crops,
+)
 from .shapes import SHAPE_CATEGORIES, detection_features, detection_label_names, load_shapes_dataset
 from .translation import load_number_translation_dataset, tokenize_translation_batch, translation_texts
 
@@ -23,9 +32,16 @@ __all__ = [
     "load_coco_split",
     "load_digits_dataset",
     "load_number_translation_dataset",
+    "load_photo",
+    "load_photos_dataset",
+    "load_restoration_folder",
     "load_shapes_dataset",
+    "mod_crop",
+    "panned_views",
+    "photo_features",
     "random_shift",
     "tokenize_translation_batch",
+    "training_crops",
     "translation_texts",
     "write_coco_detection",
 ]
