@@ -38,6 +38,14 @@ from .models.transformer import (
     TransformerPreTrainedModel,
 )
 from .models.transformer.tokenization_transformer import TransformerTokenizerFast, train_tokenizer
+from .models.ttsr import (
+    ReferenceSuperResolutionOutput,
+    TTSRConfig,
+    TTSRForReferenceSuperResolution,
+    TTSRImageProcessor,
+    TTSRModel,
+    TTSRPreTrainedModel,
+)
 from .models.vit import (
     ViTConfig,
     ViTForImageClassification,
@@ -58,7 +66,7 @@ from .presets import PRESETS, preset_config
 __version__ = "0.1.0"
 
 register_auto_classes()
-register_peft_defaults(list(MODEL_TYPES))  # only when peft is installed
+register_peft_defaults({t: e.adapter_module_names for t, e in MODEL_TYPES.items()})  # only when peft is installed
 
 __all__ = [
     "DeformableDetrConfig",
@@ -78,6 +86,12 @@ __all__ = [
     "SwinForImageClassification",
     "SwinModel",
     "SwinPreTrainedModel",
+    "ReferenceSuperResolutionOutput",
+    "TTSRConfig",
+    "TTSRForReferenceSuperResolution",
+    "TTSRImageProcessor",
+    "TTSRModel",
+    "TTSRPreTrainedModel",
     "TransformerConfig",
     "TransformerForConditionalGeneration",
     "TransformerModel",

@@ -12,6 +12,7 @@ from transformers import (
     AutoModel,
     AutoModelForCausalLM,
     AutoModelForImageClassification,
+    AutoModelForImageToImage,
     AutoModelForObjectDetection,
     AutoModelForSeq2SeqLM,
     AutoModelForSequenceClassification,
@@ -33,6 +34,8 @@ from .models.swin.modeling_swin import swin_dummy_inputs
 from .models.transformer import TransformerConfig, TransformerForConditionalGeneration, TransformerModel
 from .models.transformer.modeling_transformer import transformer_dummy_inputs
 from .models.transformer.tokenization_transformer import TransformerTokenizerFast
+from .models.ttsr import TTSRConfig, TTSRForReferenceSuperResolution, TTSRImageProcessor, TTSRModel
+from .models.ttsr.modeling_ttsr import TTSR_ADAPTER_MODULES, ttsr_dummy_inputs
 from .models.vit import ViTConfig, ViTForImageClassification, ViTModel, XcvViTImageProcessor
 from .models.vit.modeling_vit import vit_dummy_inputs
 from .models.xformer import XFormerConfig, XFormerForCausalLM, XFormerForSequenceClassification, XFormerModel
@@ -54,6 +57,8 @@ class ModelEntry:
         attention_test_overrides: config overrides under which every parameter of a task model gets a
             gradient with any attention entry (e.g. ViT pools by mean: with [CLS] pooling, the last layer's
             patch tokens rightly feed nothing, and a core's part that only they reach gets no gradient).
+        adapter_module_names: for a type without attention projections, the modules that take the part of
+            hf_xcv's standard adapter targets (``{"q_proj": "conv1", ...}``): peft's defaults name them instead.
     """
 
     config: type[PretrainedConfig]
@@ -65,6 +70,7 @@ class ModelEntry:
     test_preset: str = ""
     dummy_inputs: Callable[..., dict[str, Any]] | None = None
     attention_test_overrides: dict[str, Any] = field(default_factory=dict)
+    adapter_module_names: dict[str, str] = field(default_factory=dict)
 
     @property
     def model_type(self) -> str:
@@ -114,6 +120,16 @@ MODEL_TYPES: dict[str, ModelEntry] = {
             dummy_inputs=detr_dummy_inputs,
         ),
         ModelEntry(
+            config=TTSRConfig,
+            base_model=TTSRModel,
+            heads={"AutoModelForImageToImage": TTSRForReferenceSuperResolution},
+            image_processor=TTSRImageProcessor,
+            test_preset="ttsr-test-tiny",
+            dummy_inputs=ttsr_dummy_inputs,
+            # the residual blocks' two convolutions (the main network's bulk), for LoRA / IA3 on a conv network
+            adapter_module_names=TTSR_ADAPTER_MODULES,
+        ),
+        ModelEntry(
             config=TransformerConfig,
             base_model=TransformerModel,
             heads={"AutoModelForSeq2SeqLM": TransformerForConditionalGeneration},
@@ -137,6 +153,7 @@ MODEL_TYPES: dict[str, ModelEntry] = {
 # The Auto classes hf_xcv registers task models with, by name (the keys of ModelEntry.heads).
 AUTO_CLASSES = {
     "AutoModelForImageClassification": AutoModelForImageClassification,
+    "AutoModelForImageToImage": AutoModelForImageToImage,
     "AutoModelForObjectDetection": AutoModelForObjectDetection,
     "AutoModelForSeq2SeqLM": AutoModelForSeq2SeqLM,
     "AutoModelForSequenceClassification": AutoModelForSequenceClassification,
@@ -164,6 +181,7 @@ def register_auto_classes() -> None:
 # The pipeline task of each Auto class (for model cards); a bare model extracts features.
 PIPELINE_TAGS = {
     "AutoModelForImageClassification": "image-classification",
+    "AutoModelForImageToImage": "image-to-image",
     "AutoModelForObjectDetection": "object-detection",
     "AutoModelForSeq2SeqLM": "translation",
     "AutoModelForSequenceClassification": "text-classification",

@@ -208,7 +208,8 @@ class XcvPreTrainedModel(PreTrainedModel):
 
     def __init__(self, config, *inputs: Any, **kwargs: Any):
         super().__init__(config, *inputs, **kwargs)
-        if self.attention_requests is not None:
+        # attention_type None: the model's own attention, no registry core (TTSR's hard attention)
+        if self.attention_requests is not None and getattr(config, "attention_type", None) is not None:
             check_attention_serves(config.attention_type, self.attention_requests, self.attention_role)
 
     def take_kwargs(self, kwargs: dict[str, Any]) -> dict[str, Any]:

@@ -92,6 +92,7 @@ _SWIN_PAPER = "Liu et al. 2021 (Swin), Table 1a: ImageNet-1K"
 _DETR_PAPER = "Carion et al. 2020 (DETR), Table 1 / README: COCO val2017 box AP, 500 epochs"
 _DEFORMABLE_PAPER = "Zhu et al. 2020 (Deformable DETR), official README: COCO val2017 box AP, 50 epochs"
 _DEIT_PAPER = "Touvron et al. 2021 (DeiT), ImageNet-1k only, 224px"
+_TTSR_PAPER = "Yang et al. 2020 (TTSR), x4 on CUFED5 (Y PSNR/SSIM)"
 
 PRESETS: dict[str, Preset] = {
     "vit-tiny-patch16-224": Preset("xcv_vit", _vit(192, 12, 3, 768), f"{_DEIT_PAPER}: DeiT-Ti top-1 72.2", "5M"),
@@ -241,6 +242,23 @@ PRESETS: dict[str, Preset] = {
             attention_dropout=0.0,
             activation_dropout=0.0,
         ),
+        "test fixture",
+    ),
+    "ttsr": Preset(
+        "xcv_ttsr",
+        {},
+        f"{_TTSR_PAPER}: TTSR-rec 27.09/0.804 (all 5 references; 26.99/0.800 with one), TTSR (all losses) 25.53/0.765",
+        "6.7M",
+    ),
+    # The demo model: trains on crops of scikit-image's photos in minutes on 2 CPU cores.
+    "ttsr-photos": Preset(
+        "xcv_ttsr",
+        dict(num_res_blocks="4+4+2+1", n_feats=32, texture_channels=[16, 32, 64]),
+        "hf_xcv demo on scikit-image's photos (see README for the measured PSNR/SSIM)",
+    ),
+    "ttsr-test-tiny": Preset(
+        "xcv_ttsr",
+        dict(num_res_blocks="1+1+1+1", n_feats=8, texture_channels=[4, 8, 16], relevance_chunk_size=64),
         "test fixture",
     ),
     "transformer-base": Preset(

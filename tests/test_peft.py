@@ -21,13 +21,21 @@ def base(model_type: str, head: type):
     return head(tiny_config(model_type)).eval()
 
 
+def own_names(model_type: str, *names: str) -> set[str]:
+    """hf_xcv's standard adapter module names as the type calls them (TTSR's convolutions)."""
+    renames = MODEL_TYPES[model_type].adapter_module_names
+    return {renames.get(name, name) for name in names}
+
+
 def test_every_model_type_has_peft_defaults_that_name_its_modules():
     for model_type, entry in MODEL_TYPES.items():
         targets = constants.TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING[model_type]
-        assert set(targets) == {"q_proj", "v_proj"}
-        assert constants.TRANSFORMERS_MODELS_TO_IA3_FEEDFORWARD_MODULES_MAPPING[model_type] == ["fc2"]
+        assert set(targets) == own_names(model_type, "q_proj", "v_proj")
+        feed_forward = constants.TRANSFORMERS_MODELS_TO_IA3_FEEDFORWARD_MODULES_MAPPING[model_type]
+        assert set(feed_forward) == own_names(model_type, "fc2")
+        assert set(feed_forward) <= set(constants.TRANSFORMERS_MODELS_TO_IA3_TARGET_MODULES_MAPPING[model_type])
         names = {name.rsplit(".", 1)[-1] for name, _ in entry.base_model(tiny_config(model_type)).named_modules()}
-        assert set(ADAPTER_MODULE_NAMES) <= names, model_type
+        assert own_names(model_type, *ADAPTER_MODULE_NAMES) <= names, model_type
 
 
 def test_peft_tables_change_only_by_hf_xcvs_own_types(subprocess_env):
@@ -47,7 +55,7 @@ def test_lora_trains_saves_reloads_and_merges(head_case, tmp_path):
     config = LoraConfig(r=4, lora_alpha=8, modules_to_save=[h for h in heads if h == "classifier"] or None)
     model = get_peft_model(base(model_type, head), config)  # no target_modules: hf_xcv's registered defaults
     adapted_modules = {n.split(".lora_A")[0].rsplit(".", 1)[-1] for n, _ in model.named_parameters() if "lora_A" in n}
-    assert adapted_modules and adapted_modules <= {"q_proj", "v_proj"}
+    assert adapted_modules and adapted_modules <= own_names(model_type, "q_proj", "v_proj")
     assert any("lora_A" in n for n, _ in model.named_parameters())
     inputs = make_inputs(model.base_model.model)
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-2)

@@ -14,10 +14,35 @@ from .box_ops import (
 from .detection import SetCriterion, average_box_count, sigmoid_focal_loss
 from .label_smoothing import label_smoothed_loss
 from .matcher import HungarianMatcher
+from .perceptual import (
+    TEXTURE_LOSS_KINDS,
+    TTSR_LOSS_WEIGHTS,
+    TTSR_REC_LOSS_WEIGHTS,
+    TTSRAdversarialLoss,
+    TTSRCriterion,
+    TTSRDiscriminator,
+    TTSRLossWeights,
+    build_discriminator_optimizer,
+    gradient_penalty,
+    perceptual_loss,
+    texture_loss,
+    transferal_perceptual_loss,
+    wgan_discriminator_loss,
+    wgan_generator_loss,
+)
+from .reconstruction import RECONSTRUCTION_KINDS, reconstruction_loss
 
 __all__ = [
+    "RECONSTRUCTION_KINDS",
+    "TEXTURE_LOSS_KINDS",
+    "TTSR_LOSS_WEIGHTS",
+    "TTSR_REC_LOSS_WEIGHTS",
     "HungarianMatcher",
     "SetCriterion",
+    "TTSRAdversarialLoss",
+    "TTSRCriterion",
+    "TTSRDiscriminator",
+    "TTSRLossWeights",
     "average_box_count",
     "box_area",
     "box_cxcywh_to_xyxy",
@@ -25,9 +50,17 @@ __all__ = [
     "box_xywh_to_xyxy",
     "box_xyxy_to_cxcywh",
     "box_xyxy_to_xywh",
+    "build_discriminator_optimizer",
     "check_boxes",
     "generalized_box_iou",
+    "gradient_penalty",
     "label_smoothed_loss",
     "paired_generalized_box_iou",
+    "perceptual_loss",
+    "reconstruction_loss",
     "sigmoid_focal_loss",
+    "texture_loss",
+    "transferal_perceptual_loss",
+    "wgan_discriminator_loss",
+    "wgan_generator_loss",
 ]
