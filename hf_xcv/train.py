@@ -2,6 +2,7 @@
 
     hf-xcv-train image-classification --output_dir runs/digits
     hf-xcv-train object-detection --output_dir runs/shapes
+    hf-xcv-train image-restoration --output_dir runs/ttsr-photos
     hf-xcv-train translation --output_dir runs/numbers
     hf-xcv-train tokenizer --builtin_numbers 20000 --vocab_size 1000 --output runs/tokenizer
 
@@ -19,6 +20,7 @@ from .cli.dispatch import dispatch
 TASKS = {
     "image-classification": "hf_xcv.cli.train_image_classification",
     "object-detection": "hf_xcv.cli.train_object_detection",
+    "image-restoration": "hf_xcv.cli.train_image_restoration",
     "translation": "hf_xcv.cli.train_translation",
     "tokenizer": "hf_xcv.cli.train_tokenizer",
 }

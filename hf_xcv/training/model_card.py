@@ -45,6 +45,10 @@ _VISION_FIELDS = (
 )  # fmt: skip
 # The config fields of the card's "Model" table, per model_type (other types: the vision fields they have).
 _CONFIG_FIELDS = {
+    "xcv_ttsr": (
+        "num_res_blocks", "n_feats", "res_scale", "texture_channels", "upscale", "relevance_chunk_size",
+        "attention_type",
+    ),
     "xcv_transformer": (
         "vocab_size", "d_model", "encoder_layers", "decoder_layers", "encoder_attention_heads",
         "encoder_ffn_dim", "decoder_ffn_dim", "dropout", "label_smoothing", "position_embedding_type",
