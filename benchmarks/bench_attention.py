@@ -290,6 +290,12 @@ def worker_main(key: str, length: int, repeats: int, threads: int | None) -> Non
 def run_in_subprocess(row: Row, length: int, repeats: int, threads: int | None, timeout: float) -> dict[str, Any]:
     command = [sys.executable, str(Path(__file__).resolve()), "--worker", row.key, str(length)]
     command += ["--repeats", str(repeats)] + (["--threads", str(threads)] if threads else [])
+    return worker_result(command, timeout)
+
+
+def worker_result(command: list[str], timeout: float) -> dict[str, Any]:
+    """Run a worker process and read the ``RESULT {json}`` line it prints; a timeout, a kill (most likely the OOM
+    killer) or an error becomes a result with that status."""
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:

@@ -18,6 +18,7 @@ from safetensors.torch import load_file
 
 SCRIPT = Path(__file__).resolve().parents[1] / "training" / "train_image_restoration.py"
 run = partial(run_script, SCRIPT)
+HUB_REPO = "testuser/ttsr-photos-run"
 QUICK = ["--preset", "ttsr-test-tiny", "--crop_size", "32", "--per_device_train_batch_size", "4",
          "--eval_every_epochs", "0", "--disable_tqdm", "--pictures", "2"]  # fmt: skip
 
@@ -61,8 +62,8 @@ def finished_run(tmp_path_factory, module_env):
     """The built-in photos: training crops, whole held-out views."""
     out = tmp_path_factory.mktemp("runs") / "photos"
     args = ["--output_dir", str(out), "--max_train_steps", "4", "--checkpointing_steps", "2",
-            "--max_train_samples", "16", *QUICK]  # fmt: skip
-    check(run(args, module_env))
+            "--max_train_samples", "16", "--push_to_hub", "--hub_model_id", HUB_REPO, *QUICK]  # fmt: skip
+    check(run(args, module_env))  # the tests' Hub server on 127.0.0.1 (conftest.py)
     return out
 
 
@@ -89,6 +90,17 @@ def test_a_run_leaves_a_hub_ready_folder_with_psnr_next_to_bicubic_in_its_card(f
     model = AutoModelForImageToImage.from_pretrained(finished_run)
     assert type(model).__name__ == "TTSRForReferenceSuperResolution"
     assert type(AutoImageProcessor.from_pretrained(finished_run)).__name__ == "TTSRImageProcessor"
+
+
+def test_push_to_hub_uploads_the_folder_with_its_picture_and_card(finished_run):
+    from huggingface_hub import HfApi
+
+    info = HfApi().model_info(HUB_REPO)
+    names = {sibling.rfilename for sibling in info.siblings}
+    assert {"README.md", "config.json", "model.safetensors", "preprocessor_config.json", "restorations.png"} <= names
+    assert not any(name.startswith("checkpoints") for name in names)
+    psnr = json.loads((finished_run / "all_results.json").read_text())["test"]["psnr"]
+    assert dict((r.metric_type, r.metric_value) for r in info.card_data.eval_results)["psnr"] == pytest.approx(psnr)
 
 
 def test_a_users_folder_trains_and_two_processes_score_every_image_once(folder, module_env, tmp_path):

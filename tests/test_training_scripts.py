@@ -12,6 +12,8 @@ from hf_xcv.training.checkpointing import RUN_MARKER
 # Each script with arguments that make a run of it small, should it get that far.
 SCRIPTS = {
     "train_image_classification.py": ["--preset", "vit-test-tiny", "--max_train_samples", "64"],
+    "train_image_restoration.py": ["--preset", "ttsr-test-tiny", "--crop_size", "32", "--max_train_samples", "8",
+                                   "--pictures", "0"],
     "train_translation.py": [
         "--preset", "transformer-test-tiny", "--train_size", "64", "--validation_size", "4", "--test_size", "4",
         "--tokenizer_vocab_size", "300",

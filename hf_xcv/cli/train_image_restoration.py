@@ -445,11 +445,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
         for split, dl in ((data_args.eval_split, eval_dl), (data_args.test_split, test_dl))
     }
     card_for = functools.partial(model_card, args=args, model_args=model_args, data_args=data_args, argv=argv)
-    results = runner.finish(parts, state, args, scores, [processor], card_for)
-    if data_args.pictures and accelerator.is_main_process:
+    if data_args.pictures and accelerator.is_main_process:  # before the final folder is pushed: it goes along
         unwrapped = accelerator.unwrap_model(model)
         draw_pictures(unwrapped, processor, data[data_args.test_split], data_args.pictures, out / PICTURES)
-    return results
+    return runner.finish(parts, state, args, scores, [processor], card_for)
 
 
 if __name__ == "__main__":
