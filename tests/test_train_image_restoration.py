@@ -79,8 +79,9 @@ def test_a_run_leaves_a_hub_ready_folder_with_psnr_next_to_bicubic_in_its_card(f
     meta = yaml.safe_load((finished_run / "README.md").read_text().split("---")[1])
     assert meta["pipeline_tag"] == "image-to-image"
     metrics = {m["type"]: m["value"] for m in meta["model-index"][0]["results"][0]["metrics"]}
+    assert set(metrics) == {"psnr", "ssim"}  # the model's own; bicubic's are in the text
     assert metrics["psnr"] == pytest.approx(results["test"]["psnr"])
-    assert metrics["bicubic_psnr"] == pytest.approx(results["test"]["bicubic_psnr"])
+    assert f"scores {results['test']['bicubic_psnr']:.2f} dB" in (finished_run / "README.md").read_text()
     assert PIL.Image.open(finished_run / "restorations.png").size[0] > 4 * 500  # 5 columns of whole views
 
     from transformers import AutoImageProcessor, AutoModelForImageToImage
@@ -213,15 +214,62 @@ def test_augmentation_moves_the_low_and_high_resolution_images_together_and_the_
     assert any(moved_lr) and any(moved_ref) and moved_lr != moved_ref  # independent draws
 
 
+def test_a_saved_dataset_without_names_scores_every_held_out_image(folder, module_env, tmp_path):
+    """Rows of a save_to_disk DatasetDict get names of their own: the evaluation gathers its scores by name."""
+    from hf_xcv.data import load_restoration_folder
+
+    data = load_restoration_folder(folder).remove_columns("name")
+    data["test"] = data["test"].select([0, 1, 0])  # three rows, two of them the same image
+    data.save_to_disk(tmp_path / "saved")
+    out = tmp_path / "run"
+    check(run(["--output_dir", str(out), "--dataset", str(tmp_path / "saved"), "--max_train_steps", "1", *QUICK],
+              module_env))  # fmt: skip
+    assert json.loads((out / "all_results.json").read_text())["test"]["num_images"] == 3
+
+
+def bad_pair_folder(folder: Path, tmp_path: Path) -> Path:
+    """The user folder with a validation reference too small for one relevance patch."""
+    import shutil
+
+    copy = tmp_path / "bad-pair"
+    shutil.copytree(folder, copy)
+    reference = next((copy / "validation" / "ref").iterdir())
+    PIL.Image.open(reference).crop((0, 0, 8, 8)).save(reference)
+    return copy
+
+
 @pytest.mark.parametrize(
     "args, message",
     [
         (["--losses", "all"], "--losses all needs --vgg19_weights"),
         (["--losses", "gan"], "--losses 'gan' is not allowed"),
         (["--preset", "vit-test-tiny"], "not an image-restoration preset"),
+        (["--crop_size", "8"], "--crop_size 8 must be a multiple of 4 and at least 12"),
+        (["--per_device_eval_batch_size", "2"], "holds images of 3 sizes"),
+        (["BAD_PAIR"], "validation image 'rocket0': image 0: the low-resolution image"),
     ],
 )
-def test_bad_options_are_refused_before_the_folder_is_claimed(args, message, module_env, tmp_path):
+def test_bad_options_are_refused_before_the_folder_is_claimed(args, message, folder, module_env, tmp_path):
+    if args == ["BAD_PAIR"]:
+        args = ["--dataset", str(bad_pair_folder(folder, tmp_path)), "--crop_size", "32"]
     result = run(["--output_dir", str(tmp_path / "run"), "--max_train_steps", "1", *args], module_env)
     assert result.returncode != 0 and message in result.stderr
     assert not (tmp_path / "run").exists()
+
+
+def test_vgg19_initialises_only_a_texture_extractor_of_its_widths(vgg19_file, capsys, tmp_path):
+    from hf_xcv.cli import train_image_restoration as script
+
+    reduced = script.build_model(script.ModelArguments(preset="ttsr-test-tiny", vgg19_weights=str(vgg19_file)))
+    assert "keeps PyTorch's initialisation" in capsys.readouterr().out  # the perceptual loss still reads the file
+    vgg_wide = script.build_model(
+        script.ModelArguments(preset="ttsr-test-tiny", vgg19_weights=str(vgg19_file),
+                              config_overrides='{"texture_channels": [64, 128, 256]}')
+    )  # fmt: skip
+    weights = torch.load(vgg19_file, weights_only=True)
+    assert torch.equal(vgg_wide.ttsr.texture_extractor.slice1[0].weight, weights["features.0.weight"])
+    assert list(reduced.config.texture_channels) == [4, 8, 16]
+    reduced.save_pretrained(tmp_path / "tuned")
+    script.hf_xcv.TTSRImageProcessor(size_divisibility_mode="pad").save_pretrained(tmp_path / "tuned")
+    processor = script.build_processor(script.ModelArguments(model_name_or_path=str(tmp_path / "tuned")))
+    assert processor.size_divisibility_mode == "pad"  # fine-tuning keeps the checkpoint's processor

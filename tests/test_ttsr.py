@@ -235,6 +235,8 @@ def bad(**changes) -> dict[str, torch.Tensor]:
         ({"labels": torch.zeros(2, 3, 20, 20)}, "labels of shape"),
         ({"pixel_values": torch.zeros(1, 3, 6, 5)}, "different batch sizes"),
         ({"pixel_values": torch.zeros(3, 6, 5)}, r"pixel_values must have shape \(batch, channels"),
+        ({"reference_pixel_values": torch.zeros(2, 3, 24, 24, dtype=torch.uint8)}, "are torch.uint8: TTSR takes"),
+        ({"labels": torch.zeros(2, 3, 24, 20, dtype=torch.uint8)}, "labels are torch.uint8"),
     ],
 )
 def test_bad_inputs_are_refused_by_name(changes, message):
@@ -256,6 +258,9 @@ def test_bad_inputs_are_refused_by_name(changes, message):
         ({"attention_type": "axial"}, r"attention_type='axial' cannot serve TTSR's texture transfer"),
         ({"attention_type": "nope"}, "is not allowed"),
         ({"transfer_temperature": 0}, "transfer_temperature must be a finite positive number"),
+        ({"num_channels": 1}, "TTSR takes RGB images"),
+        ({"num_attention_heads": 4}, "follows from texture_channels"),
+        ({"num_hidden_layers": 2}, "TTSR's 3 stages"),
     ],
 )
 def test_bad_configs_are_refused_by_name(overrides, message):

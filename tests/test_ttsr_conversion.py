@@ -335,6 +335,18 @@ def test_an_existing_output_is_kept_unless_overwrite(tiny, tmp_path):
     assert sorted(p.name for p in out.iterdir()) == ["config.json", "model.safetensors", "preprocessor_config.json"]
 
 
+def test_a_half_precision_checkpoint_converts_and_the_tolerance_must_be_positive(tiny, tmp_path, capsys):
+    half = {key: value.half() for key, value in tiny.items()}  # its MeanShift holds the constants to ~1e-3
+    config, converted, _ = mapping.convert_official(half)
+    assert converted["head.conv_tail1.weight"].dtype == torch.float16
+    torch.save(half, tmp_path / "TTSR.pt")
+    with pytest.raises(SystemExit):
+        convert_ttsr.main(["--input", str(tmp_path / "TTSR.pt"), "--output", str(tmp_path / "o"), "--tolerance", "-1"])
+    assert "--tolerance must be a positive number" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # a file converter: no Hub revision to choose
+        convert_ttsr.main(["--input", str(tmp_path / "TTSR.pt"), "--output", str(tmp_path / "o"), "--revision", "v1"])
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # the command
 # ---------------------------------------------------------------------------------------------------------------

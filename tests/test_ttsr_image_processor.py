@@ -134,6 +134,10 @@ def test_saves_its_settings_under_a_name_of_its_own_and_reloads_through_auto(tmp
         (lambda p: p(np.full((12, 12, 3), 2.0), photo(48, 48)), r"values in \[0, 1\]"),
         (lambda p: p(photo(12, 12), photo(48, 48), reference_size={"height": 40, "width": 48}), "larger than the"),
         (lambda p: p(photo(12, 12), photo(48, 48), size=224), "unknown argument"),
+        (lambda p: p(high_resolution_images=photo(8, 40), references=photo(48, 48)), "at least 3x3 and 12x12"),
+        (lambda p: p(photo(12, 12), photo(48, 48), size_divisibility_mode=""), "size_divisibility_mode='' is not"),
+        (lambda p: p(PIL.Image.new("I;16", (12, 12), 4000), photo(48, 48)), "mode 'I;16' .16-bit or float"),
+        (lambda p: p(photo(12, 12), PIL.Image.new("F", (48, 48), 0.5)), "reference 0 is a PIL image of mode 'F'"),
     ],
 )
 def test_bad_inputs_are_refused_by_name(call, message):
@@ -152,3 +156,19 @@ def test_bad_inputs_are_refused_by_name(call, message):
 def test_bad_settings_are_refused_by_name(settings, message):
     with pytest.raises(ValueError, match=message):
         TTSRImageProcessor(**settings)
+
+
+def test_postprocess_refuses_target_sizes_outside_the_reconstruction():
+    processor = TTSRImageProcessor()
+    for size in [(0, 4), (4, -1), (9, 4), (4,)]:
+        with pytest.raises(ValueError, match=r"target_sizes\[0\]"):
+            processor.postprocess(torch.zeros(1, 3, 8, 8), target_sizes=[size])
+
+
+def test_check_pair_sizes_refuses_what_preprocessing_would():
+    processor = TTSRImageProcessor(reference_size={"height": 48, "width": 48})
+    processor.check_pair_sizes(np.zeros((3, 48, 40), np.uint8), np.zeros((3, 48, 44), np.uint8))  # fine
+    with pytest.raises(ValueError, match="larger than the 48x48 canvas"):
+        processor.check_pair_sizes(np.zeros((3, 48, 40), np.uint8), np.zeros((3, 52, 44), np.uint8))
+    with pytest.raises(ValueError, match="at least 3x3"):
+        processor.check_pair_sizes(np.zeros((3, 8, 40), np.uint8), np.zeros((3, 48, 44), np.uint8))

@@ -24,20 +24,26 @@ def run(
     source_name: str,
     add_arguments: Callable[[argparse.ArgumentParser], None] | None = None,
     convert: Callable[[argparse.Namespace], list[str] | None] | None = None,
+    input_kinds: str = "folder or Hub repo id",
 ) -> None:
     """The converter program: parse, convert atomically, optionally verify. ``add_arguments`` adds a converter's own
     options; ``convert(args)`` converts sources that ``convert_checkpoint`` does not read (returns the dropped keys,
-    or None to leave the source to ``convert_checkpoint``)."""
+    or None to leave the source to ``convert_checkpoint``); ``input_kinds`` says what ``--input`` may be (a converter
+    of files only has no ``--revision``)."""
     parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--input", required=True, help=f"{source_name} checkpoint: folder or Hub repo id")
+    parser.add_argument("--input", required=True, help=f"{source_name} checkpoint: {input_kinds}")
     parser.add_argument("--output", required=True, help="folder to write the hf_xcv checkpoint to")
-    parser.add_argument("--revision", default=None, help="Hub revision of --input")
+    if "Hub" in input_kinds:
+        parser.add_argument("--revision", default=None, help="Hub revision of --input")
     parser.add_argument("--overwrite", action="store_true", help="replace --output if it exists")
     parser.add_argument("--verify", action="store_true", help="compare both models' outputs after converting")
     parser.add_argument("--tolerance", type=float, default=1e-4)
     if add_arguments is not None:
         add_arguments(parser)
     args = parser.parse_args(argv)
+    if not args.tolerance > 0:
+        parser.error(f"--tolerance must be a positive number, got {args.tolerance}")
+    args.revision = getattr(args, "revision", None)
     hub_kwargs = {"revision": args.revision} if args.revision else {}
     try:
         dropped = convert(args) if convert is not None else None

@@ -58,7 +58,8 @@ def _convert(args: argparse.Namespace) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    run(argv, __doc__, mapping.TARGET_MODEL_TYPE, verify, "official TTSR (.pt file)", None, _convert)
+    source = "official TTSR (TTSR.pt / TTSR-rec.pt)"
+    run(argv, __doc__, mapping.TARGET_MODEL_TYPE, verify, source, None, _convert, input_kinds="a .pt file")
 
 
 if __name__ == "__main__":

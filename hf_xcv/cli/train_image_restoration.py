@@ -46,7 +46,7 @@ from accelerate.utils import gather_object
 from datasets import DatasetDict, load_from_disk
 from huggingface_hub import ModelCard
 from torch.utils.data import DataLoader
-from transformers import HfArgumentParser
+from transformers import AutoImageProcessor, HfArgumentParser
 
 import hf_xcv
 from hf_xcv.auto import MODEL_TYPES
@@ -66,6 +66,7 @@ SCALE = 4
 LOSS_CHOICES = ("rec", "all")
 # The model types this script trains: those with an image-to-image head.
 RESTORATION_TYPES = sorted(t for t, e in MODEL_TYPES.items() if "AutoModelForImageToImage" in e.heads)
+VGG19_WIDTHS = [64, 128, 256]  # relu1_1, relu2_1, relu3_1: the texture extractor ImageNet's VGG19 initialises
 INPUT_KEYS = ("pixel_values", "upsampled_pixel_values", "reference_pixel_values", "degraded_reference_pixel_values")
 
 
@@ -139,6 +140,10 @@ def parse_args(argv: list[str] | None = None) -> tuple[ModelArguments, DataArgum
 
 def check_args(model_args: ModelArguments, args: TrainArguments) -> None:
     """What can be refused before the run folder is claimed, by name."""
+    try:
+        import skimage.metrics  # noqa: F401  (SSIM of the evaluation; found missing at the end, it loses the run)
+    except ImportError as err:
+        raise ValueError("the evaluation's SSIM needs scikit-image: pip install 'hf_xcv[restoration]'") from err
     if args.losses not in LOSS_CHOICES:
         raise ValueError(f"--losses {args.losses!r} is not allowed; allowed values: {list(LOSS_CHOICES)}")
     if args.losses == "all" and not model_args.vgg19_weights:
@@ -159,7 +164,13 @@ def check_args(model_args: ModelArguments, args: TrainArguments) -> None:
 
 
 def load_data(args: DataArguments, seed: int) -> DatasetDict:
-    """HR images with references: training crops, and whole held-out images."""
+    """HR images with references: training crops, and whole held-out images (each row named: the scores of a
+    distributed evaluation are gathered by name)."""
+    if args.crop_size % SCALE or args.crop_size < SCALE * 3:
+        raise ValueError(
+            f"--crop_size {args.crop_size} must be a multiple of 4 and at least 12 (a 3x3 low-resolution crop: one "
+            "patch of TTSR's relevance embedding)"
+        )
     if args.dataset == "photos":
         data = load_photos_dataset(crop_size=args.crop_size, coverage=args.coverage, seed=seed)
     else:
@@ -167,12 +178,39 @@ def load_data(args: DataArguments, seed: int) -> DatasetDict:
             data = load_from_disk(args.dataset)
         else:
             data = load_restoration_folder(args.dataset, missing_reference=args.missing_reference)
+        data = DatasetDict({split: with_names(rows, split) for split, rows in data.items()})
         if "train" in data:
             data["train"] = training_crops(
                 data["train"], args.crop_size, coverage=args.coverage, reference_source="reference", seed=seed
             )
     splits = ("train", args.eval_split, args.test_split)
-    return runner.require_splits(data, args.dataset, splits, args.max_train_samples, {}, seed, None)
+    return runner.require_splits(data, args.dataset, splits, args.max_train_samples, None, seed, None)
+
+
+def with_names(rows: Any, split: str) -> Any:
+    """``rows`` with a ``name`` column (``<split>/<row>`` where it has none)."""
+    if "name" in rows.column_names:
+        return rows
+    return rows.add_column("name", [f"{split}/{index}" for index in range(len(rows))])
+
+
+def check_held_out(data: DatasetDict, splits: tuple[str, ...], processor: Any, eval_batch_size: int) -> None:
+    """Every held-out pair is one the processor takes, and the evaluation batches hold images of one size: refused
+    by image name before anything trains (a failure at the final evaluation would lose the run)."""
+    for split in splits:
+        sizes = set()
+        for row in data[split].select_columns(["image", "reference", "name"]):
+            hr, ref = (np.zeros((3, image.height, image.width), np.uint8) for image in (row["image"], row["reference"]))
+            try:
+                processor.check_pair_sizes(hr, ref)
+            except ValueError as err:
+                raise ValueError(f"{split} image {row['name']!r}: {err}") from None
+            sizes.add((row["image"].size, row["reference"].size))
+        if eval_batch_size > 1 and len(sizes) > 1:
+            raise ValueError(
+                f"the {split} split holds images of {len(sizes)} sizes, scored whole: --per_device_eval_batch_size "
+                f"{eval_batch_size} would batch them together; use 1 (the default)"
+            )
 
 
 def build_model(args: ModelArguments) -> torch.nn.Module:
@@ -192,11 +230,26 @@ def build_model(args: ModelArguments) -> torch.nn.Module:
     entry = MODEL_TYPES[PRESETS[name].model_type]
     check_known_fields(entry.config, overrides)
     model = entry.heads["AutoModelForImageToImage"](hf_xcv.preset_config(name, **overrides))
-    if args.vgg19_weights:
+    if args.vgg19_weights and list(model.config.texture_channels) == VGG19_WIDTHS:
         from hf_xcv.conversion.vgg import load_texture_extractor
 
         load_texture_extractor(model, args.vgg19_weights)
+    elif args.vgg19_weights:
+        print(
+            f"the texture extractor ({model.config.texture_channels} wide, not VGG19's {VGG19_WIDTHS}) keeps PyTorch's "
+            "initialisation; --vgg19_weights serves the perceptual loss"
+        )
     return model
+
+
+def build_processor(args: ModelArguments) -> Any:
+    """The checkpoint's processor when fine-tuning one that has it, else the original pipeline's."""
+    if args.model_name_or_path:
+        try:
+            return AutoImageProcessor.from_pretrained(args.model_name_or_path)
+        except OSError:  # no preprocessor_config.json
+            pass
+    return hf_xcv.TTSRImageProcessor()
 
 
 class RestorationCollator:
@@ -331,8 +384,8 @@ def draw_pictures(model: torch.nn.Module, processor: Any, split: Any, count: int
 def model_card(model, results, args: TrainArguments, model_args, data_args: DataArguments, argv) -> ModelCard:
     split = data_args.test_split
     dataset_id = "scikit-image-photos" if data_args.dataset == "photos" else dataset_label(data_args.dataset)
-    metrics = {k: v for k, v in results[split].items() if k != "num_images"}
-    family = {"family": "TTSR", "paper": "Yang et al. 2020", "scale": SCALE}
+    metrics = {k: results[split][k] for k in ("psnr", "ssim")}  # the model's; bicubic's go in the text
+    family = {"family": "TTSR", "paper": "Yang et al. 2020", "scale": SCALE, "baseline": results[split]}
     return build_model_card(
         TEMPLATE, model, repo_id=args.hub_model_id or Path(args.output_dir).name, dataset_id=dataset_id,
         dataset_name=dataset_id, results=[MeasuredResult(k, v, split) for k, v in metrics.items()],
@@ -413,15 +466,16 @@ def full_objective(
 def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     argv = sys.argv[1:] if argv is None else argv
     model_args, data_args, args = parse_args(argv)
-    check_args(model_args, args)  # these two before the run folder is claimed: a bad option or dataset leaves
-    data = load_data(data_args, args.seed)  # nothing behind
+    check_args(model_args, args)  # these before the run folder is claimed: a bad option or dataset leaves nothing
+    data = load_data(data_args, args.seed)
+    processor = build_processor(model_args)
+    check_held_out(data, (data_args.eval_split, data_args.test_split), processor, args.per_device_eval_batch_size)
     accelerator, out = runner.start_run(args, model=model_args, data=data_args)
     with runner.setting_up(accelerator, out):
         model = build_model(model_args)
         criterion = None
         if args.losses == "all":  # before the state is restored: the discriminator's is part of it
             criterion = build_criterion(accelerator, model_args, args, data_args.crop_size)
-        processor = hf_xcv.TTSRImageProcessor()
         loaders = build_dataloaders(data, processor, data_args, args)
         parts, state, (eval_dl, test_dl) = runner.prepare_loop(
             accelerator, out, args, model, loaders, lambda model, total: build_optimizer(model, args, total)

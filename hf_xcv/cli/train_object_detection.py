@@ -221,7 +221,7 @@ def load_data(args: DataArguments, seed: int) -> DatasetDict:
     else:
         data = load_coco_detection(args.dataset)
     splits = ("train", args.eval_split, args.test_split)
-    return runner.require_splits(data, args.dataset, splits, args.max_train_samples, {}, seed, None)
+    return runner.require_splits(data, args.dataset, splits, args.max_train_samples, None, seed, None)
 
 
 def build_processor(args: DataArguments, num_labels: int, model_type: str = "xcv_detr") -> hf_xcv.XcvDetrImageProcessor:

@@ -104,7 +104,7 @@ def atomic_directory(target: str | os.PathLike, overwrite: bool = False) -> Iter
     """
     target = Path(target)
     if target.exists() and any(target.iterdir()) and not overwrite:
-        raise FileExistsError(f"{target} exists and is not empty; pass overwrite to replace it")
+        raise FileExistsError(f"{target} exists and is not empty; pass --overwrite (overwrite=True) to replace it")
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
     try:

@@ -1,7 +1,8 @@
 """PSNR and SSIM of restored images, as super-resolution papers report them, as an ``evaluate.Metric`` and plain
 functions.
 
-The convention is EDSR's, RCAN's, BasicSR's and IPT's (the one TTSR's and IPT's tables use):
+The convention is EDSR's, RCAN's, BasicSR's and IPT's (the Y channel as TTSR's tables too; TTSR's own evaluation
+code shaves no border: pass ``shave=0`` to compare with the paper's CUFED5 figures):
 
 - images are uint8, 0-255; prediction and reference have the same size (mod-crop the reference to the scale first);
 - ``channel="y"``: the Y channel of BT.601 YCbCr as MATLAB's ``rgb2ycbcr`` computes it,

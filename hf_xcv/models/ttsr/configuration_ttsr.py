@@ -92,11 +92,19 @@ class TTSRConfig(XcvConfig):
         """The main network's stages that fuse textures (x1, x2, x4): its "hidden layers"."""
         return 3
 
+    @num_stages.setter
+    def num_stages(self, value: Any) -> None:
+        raise ValueError("num_hidden_layers (num_stages) is TTSR's 3 stages, not a setting")
+
     @property
     def num_texture_heads(self) -> int:
         """Heads of the texture attention: one relevance over whole patch vectors (the hard attention); a weighted
         transfer's core cuts the values into heads as wide as the patch vectors (:meth:`weighted_transfer_heads`)."""
         return 1 if self.attention_type is None else self.weighted_transfer_heads()[0]
+
+    @num_texture_heads.setter
+    def num_texture_heads(self, value: Any) -> None:
+        raise ValueError("num_attention_heads (num_texture_heads) follows from texture_channels, not a setting")
 
     def weighted_transfer_heads(self) -> tuple[int, int]:
         """(heads, head width) of a weighted transfer's core: the reference patches' values at the three scales
@@ -112,7 +120,11 @@ class TTSRConfig(XcvConfig):
         return parse_res_blocks(self.num_res_blocks)
 
     def check(self) -> None:
-        check_int("num_channels", self.num_channels)
+        if self.num_channels != 3:
+            raise ValueError(
+                f"num_channels={self.num_channels!r} is not allowed: TTSR takes RGB images (3; the texture extractor "
+                "normalises with ImageNet's per-channel mean and std)"
+            )
         if self.upscale != SCALE:
             raise ValueError(
                 f"upscale={self.upscale!r} is not allowed: TTSR is x4 only (its three texture levels and the "

@@ -19,6 +19,7 @@ SCALE = 4
 MIN_LR_SIDE = 3  # one 3x3 patch of the relevance embedding
 DIVISIBILITY_MODES = ("crop", "pad")
 SETTINGS = ("size_divisibility_mode", "reference_size", "do_convert_rgb")
+HIGH_DEPTH_MODES = ("I", "I;16", "I;16B", "I;16L", "I;16N", "F")  # PIL modes that convert("RGB") clips to 8 bits
 # Keys that saved processor configs carry and that hold no setting.
 _IGNORED_KEYS = ("image_processor_type", "processor_class", "auto_map")
 
@@ -155,7 +156,7 @@ class TTSRImageProcessor(PilBackend):
     ) -> BatchFeature:
         """Low-resolution ``images`` (or ``high_resolution_images`` to degrade, returned as ``labels``) and their
         ``references`` -> TTSR's four inputs (and ``labels``). ``return_tensors="pt"`` gives torch tensors."""
-        mode = kwargs.pop("size_divisibility_mode", None) or self.size_divisibility_mode
+        mode = kwargs.pop("size_divisibility_mode", self.size_divisibility_mode)
         reference_size = kwargs.pop("reference_size", self.reference_size)
         to_rgb = kwargs.pop("do_convert_rgb", None)
         to_rgb = self.do_convert_rgb if to_rgb is None else to_rgb
@@ -174,12 +175,14 @@ class TTSRImageProcessor(PilBackend):
             refs = refs * len(arrays)
         if len(refs) != len(arrays):
             raise ValueError(f"got {len(arrays)} images and {len(refs)} references: one reference per image (or one)")
+        refs = [_fit_to_multiple(ref, mode) for ref in refs]
         labels = None
         if high_resolution_images is not None:
             labels = [_fit_to_multiple(hr, mode) for hr in arrays]
+            self._check_sizes([hr[:, ::SCALE, ::SCALE] for hr in labels], refs, reference_size)  # before resizing
             arrays = [bicubic_resize(hr, hr.shape[1] // SCALE, hr.shape[2] // SCALE) for hr in labels]
-        refs = [_fit_to_multiple(ref, mode) for ref in refs]
-        self._check_sizes(arrays, refs, reference_size)
+        else:
+            self._check_sizes(arrays, refs, reference_size)
         data = {
             "pixel_values": [to_unit_range(lr) for lr in arrays],
             "upsampled_pixel_values": [
@@ -195,6 +198,13 @@ class TTSRImageProcessor(PilBackend):
             data["labels"] = [to_unit_range(hr) for hr in labels]
         return BatchFeature({key: np.stack(values) for key, values in data.items()}, tensor_type=return_tensors)
 
+    def check_pair_sizes(self, high_resolution: np.ndarray, reference: np.ndarray) -> None:
+        """ValueError unless a (3, H, W) high-resolution image and its reference (any content: only the sizes count)
+        make inputs TTSR takes, as :meth:`preprocess` would refuse them (with this processor's settings)."""
+        mode = self.size_divisibility_mode
+        hr, ref = _fit_to_multiple(high_resolution, mode), _fit_to_multiple(reference, mode)
+        self._check_sizes([hr[:, ::SCALE, ::SCALE]], [ref], self.reference_size)
+
     @staticmethod
     def degrade_reference(reference: np.ndarray) -> np.ndarray:
         """Ref↓↑: (3, H, W) uint8 with sides multiples of 4, bicubically resized to a quarter and back."""
@@ -205,6 +215,12 @@ class TTSRImageProcessor(PilBackend):
     def _coerce(images: Any, what: str, to_rgb: bool, data_format: Any) -> list[np.ndarray]:
         """(3, H, W) uint8 arrays, or a ValueError naming the problem."""
         data_format = getattr(data_format, "value", data_format)
+        for index, image in enumerate(images if isinstance(images, (list, tuple)) else [images]):
+            if isinstance(image, PIL.Image.Image) and image.mode in HIGH_DEPTH_MODES:
+                raise ValueError(
+                    f"{what} {index} is a PIL image of mode {image.mode!r} (16-bit or float), which RGB conversion "
+                    "would clip: convert it to 8-bit RGB, or pass a float array with values in [0, 1]"
+                )
         try:
             arrays = prepare_images(images, to_rgb=bool(to_rgb), data_format=data_format)
         except ValueError as err:
@@ -260,6 +276,12 @@ class TTSRImageProcessor(PilBackend):
             raise ValueError(f"postprocess takes the (batch, 3, height, width) reconstruction, got {shape}")
         if target_sizes is not None and len(target_sizes) != tensor.shape[0]:
             raise ValueError(f"{len(target_sizes)} target_sizes for {tensor.shape[0]} images")
+        for index, size in enumerate(target_sizes or ()):
+            if len(size) != 2 or not (0 < size[0] <= tensor.shape[2] and 0 < size[1] <= tensor.shape[3]):
+                raise ValueError(
+                    f"target_sizes[{index}] = {tuple(size)} is no (height, width) within the {tensor.shape[2]}x"
+                    f"{tensor.shape[3]} reconstruction"
+                )
         pixels = ((tensor.detach().float().cpu() + 1.0) * 127.5).round().clamp(0, 255).to(torch.uint8)
         images = []
         for index, image in enumerate(pixels):

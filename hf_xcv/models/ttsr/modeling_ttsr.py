@@ -404,6 +404,10 @@ class TTSRPreTrainedModel(XcvPreTrainedModel):
                 check_pixel_tensor(value, self.config.num_channels)
             except ValueError as err:
                 raise ValueError(str(err).replace("pixel_values", name, 1)) from None
+            if not value.is_floating_point():
+                raise ValueError(
+                    f"{name} are {value.dtype}: TTSR takes float images in [-1, 1] (TTSRImageProcessor makes them)"
+                )
         (batch, _, height, width), (ref_h, ref_w) = pixel_values.shape, reference.shape[-2:]
         if any(value.shape[0] != batch for value in inputs.values()):
             raise ValueError(f"the inputs hold different batch sizes: {[v.shape[0] for v in inputs.values()]}")
@@ -547,6 +551,8 @@ class TTSRForReferenceSuperResolution(TTSRPreTrainedModel):
         reconstruction = self.head(outputs.last_hidden_state)  # (B, 3, 4h, 4w)
         loss = None
         if labels is not None:
+            if not labels.is_floating_point():
+                raise ValueError(f"labels are {labels.dtype}: the high-resolution images as floats in [-1, 1]")
             loss = self.config.reconstruction_loss_weight * reconstruction_loss(reconstruction, labels, **loss_kwargs)
         return ReferenceSuperResolutionOutput(
             loss=loss,
