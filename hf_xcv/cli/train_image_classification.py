@@ -41,8 +41,7 @@ from hf_xcv.data import (
 )
 from hf_xcv.layers import to_pair
 from hf_xcv.metrics import Accuracy, TopKAccuracy
-from hf_xcv.training import TEMPLATES, MeasuredResult, TrainerState, build_model_card, parameter_groups, runner
-from hf_xcv.training.model_card import dataset_label, hub_id
+from hf_xcv.training import TEMPLATES, TrainerState, parameter_groups, runner
 
 TEMPLATE = TEMPLATES / "image_classification.md"
 
@@ -248,15 +247,10 @@ def model_card(
     argv: list[str],
 ) -> ModelCard:
     split = data_args.test_split
-    dataset_id = "sklearn-digits" if data_args.dataset == "digits" else dataset_label(data_args.dataset)
-    return build_model_card(
-        TEMPLATE, model, repo_id=args.hub_model_id or Path(args.output_dir).name, dataset_id=dataset_id,
-        dataset_name=dataset_id,
-        results=[MeasuredResult(k, v, split) for k, v in results[split].items() if k != "num_samples"],
-        hyperparameters=runner.card_hyperparameters(args, results["world_size"]),
-        command=runner.script_command("hf-xcv-train image-classification", argv),
-        base_model=model_args.model_name_or_path,
-        dataset_on_hub=data_args.dataset != "digits" and hub_id(data_args.dataset) is not None,
+    return runner.run_model_card(
+        TEMPLATE, model, args, results, argv, task="image-classification", split=split,
+        metrics={k: v for k, v in results[split].items() if k != "num_samples"}, dataset=data_args.dataset,
+        built_in=("digits", "sklearn-digits"), base_model=model_args.model_name_or_path,
     )  # fmt: skip
 
 

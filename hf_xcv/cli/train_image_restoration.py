@@ -55,8 +55,7 @@ from hf_xcv.conversion import load_config_dict
 from hf_xcv.data import load_photos_dataset, load_restoration_folder, training_crops
 from hf_xcv.metrics import psnr_ssim
 from hf_xcv.presets import PRESETS
-from hf_xcv.training import TEMPLATES, MeasuredResult, TrainerState, build_model_card, runner
-from hf_xcv.training.model_card import dataset_label, hub_id
+from hf_xcv.training import TEMPLATES, TrainerState, runner
 from hf_xcv.visualization import restoration_panel
 
 TEMPLATE = TEMPLATES / "image_restoration.md"
@@ -383,16 +382,12 @@ def draw_pictures(model: torch.nn.Module, processor: Any, split: Any, count: int
 
 def model_card(model, results, args: TrainArguments, model_args, data_args: DataArguments, argv) -> ModelCard:
     split = data_args.test_split
-    dataset_id = "scikit-image-photos" if data_args.dataset == "photos" else dataset_label(data_args.dataset)
-    metrics = {k: results[split][k] for k in ("psnr", "ssim")}  # the model's; bicubic's go in the text
     family = {"family": "TTSR", "paper": "Yang et al. 2020", "scale": SCALE, "baseline": results[split]}
-    return build_model_card(
-        TEMPLATE, model, repo_id=args.hub_model_id or Path(args.output_dir).name, dataset_id=dataset_id,
-        dataset_name=dataset_id, results=[MeasuredResult(k, v, split) for k, v in metrics.items()],
-        hyperparameters=runner.card_hyperparameters(args, results["world_size"]),
-        command=runner.script_command("hf-xcv-train image-restoration", argv), task_type="image-to-image",
-        pipeline_tag="image-to-image", base_model=model_args.model_name_or_path,
-        dataset_on_hub=data_args.dataset != "photos" and hub_id(data_args.dataset) is not None,
+    return runner.run_model_card(
+        TEMPLATE, model, args, results, argv, task="image-restoration", split=split,
+        metrics={k: results[split][k] for k in ("psnr", "ssim")},  # the model's; bicubic's go in the text
+        dataset=data_args.dataset, built_in=("photos", "scikit-image-photos"),
+        base_model=model_args.model_name_or_path, task_type="image-to-image", pipeline_tag="image-to-image",
         template_vars=family,
     )  # fmt: skip
 

@@ -59,8 +59,7 @@ from hf_xcv.data.detection import DetectionCollator, detection_transform
 from hf_xcv.losses import box_cxcywh_to_xyxy
 from hf_xcv.metrics import MeanAveragePrecision
 from hf_xcv.presets import PRESETS
-from hf_xcv.training import TEMPLATES, MeasuredResult, TrainerState, build_model_card, runner
-from hf_xcv.training.model_card import dataset_label, hub_id
+from hf_xcv.training import TEMPLATES, TrainerState, runner
 from hf_xcv.visualization import detection_grid, draw_detections
 
 TEMPLATE = TEMPLATES / "object_detection.md"
@@ -402,18 +401,13 @@ def draw_pictures(
 
 def model_card(model, results, args: TrainArguments, model_args, data_args: DataArguments, argv) -> ModelCard:
     split = data_args.test_split
-    dataset_id = "hf-xcv-shapes" if data_args.dataset == "shapes" else dataset_label(data_args.dataset)
     metrics = {k: v for k, v in results[split].items() if k.startswith(("map", "mar")) and v >= 0}
     recipe = RECIPES[model.config.model_type]
     family = {"family": recipe.name, "paper": recipe.paper, "scores": recipe.scores}
-    return build_model_card(
-        TEMPLATE, model, repo_id=args.hub_model_id or Path(args.output_dir).name, dataset_id=dataset_id,
-        dataset_name=dataset_id, results=[MeasuredResult(k, v, split) for k, v in metrics.items()],
-        hyperparameters=runner.card_hyperparameters(args, results["world_size"]),
-        command=runner.script_command("hf-xcv-train object-detection", argv), task_type="object-detection",
-        pipeline_tag="object-detection", base_model=model_args.model_name_or_path,
-        dataset_on_hub=data_args.dataset != "shapes" and hub_id(data_args.dataset) is not None,
-        template_vars=family,
+    return runner.run_model_card(
+        TEMPLATE, model, args, results, argv, task="object-detection", split=split, metrics=metrics,
+        dataset=data_args.dataset, built_in=("shapes", "hf-xcv-shapes"), base_model=model_args.model_name_or_path,
+        task_type="object-detection", pipeline_tag="object-detection", template_vars=family,
     )  # fmt: skip
 
 

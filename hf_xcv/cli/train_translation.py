@@ -37,9 +37,9 @@ import hf_xcv
 from hf_xcv.configuration_utils import check_known_fields
 from hf_xcv.data import load_number_translation_dataset, tokenize_translation_batch, translation_texts
 from hf_xcv.metrics import Bleu, ChrF
-from hf_xcv.training import TEMPLATES, MeasuredResult, TrainerState, build_model_card, runner
+from hf_xcv.training import TEMPLATES, TrainerState, runner
 from hf_xcv.training.checkpointing import CHECKPOINTS
-from hf_xcv.training.model_card import dataset_label, hub_id, quoted
+from hf_xcv.training.model_card import quoted
 
 TEMPLATE = TEMPLATES / "translation.md"
 BUILT_IN = "numbers"
@@ -332,20 +332,13 @@ def model_card(
 ) -> ModelCard:
     test = results[data_args.test_split]
     langs = (data_args.source_lang, data_args.target_lang)
-    if data_args.dataset == BUILT_IN:
-        dataset_id, dataset_name = f"num2words-numbers-{langs[0]}-{langs[1]}", "numbers written out (num2words)"
-    else:
-        dataset_id = dataset_name = dataset_label(data_args.dataset)
+    names = {"dataset_name": "numbers written out (num2words)"} if data_args.dataset == BUILT_IN else {}
     example = test["examples"][0] if test["examples"] else {}
-    return build_model_card(
-        TEMPLATE, model, repo_id=args.hub_model_id or Path(args.output_dir).name, dataset_id=dataset_id,
-        dataset_name=dataset_name,
-        results=[MeasuredResult(metric, test[metric], data_args.test_split) for metric in ("bleu", "chrf")],
-        hyperparameters=runner.card_hyperparameters(args, results["world_size"]),
-        command=runner.script_command("hf-xcv-train translation", argv),
-        task_type="translation", pipeline_tag="translation", tags=("text", "seq2seq"), language=langs,
-        base_model=model_args.model_name_or_path,
-        dataset_on_hub=data_args.dataset != BUILT_IN and hub_id(data_args.dataset) is not None,
+    return runner.run_model_card(
+        TEMPLATE, model, args, results, argv, task="translation", split=data_args.test_split,
+        metrics={metric: test[metric] for metric in ("bleu", "chrf")}, dataset=data_args.dataset,
+        built_in=(BUILT_IN, f"num2words-numbers-{langs[0]}-{langs[1]}"), base_model=model_args.model_name_or_path,
+        task_type="translation", pipeline_tag="translation", tags=("text", "seq2seq"), language=langs, **names,
         template_vars={
             "source_lang": langs[0], "target_lang": langs[1], "num_beams": args.num_beams,
             "example_source": quoted(example.get("source", "...")),

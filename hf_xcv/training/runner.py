@@ -47,7 +47,7 @@ from .checkpointing import (
     release_output_dir,
 )
 from .hub import push_folder_to_hub
-from .model_card import write_model_card
+from .model_card import MeasuredResult, build_model_card, dataset_label, hub_id, write_model_card
 from .schedules import get_noam_schedule
 
 FINAL_STAGING = ".final-staging"
@@ -348,6 +348,43 @@ def card_hyperparameters(args: RunArguments, world_size: int) -> dict[str, Any]:
     hyper = {k: v for k, v in asdict(args).items() if k not in ("output_dir", "hub_model_id", "push_to_hub")}
     hyper["world_size"] = world_size
     return hyper
+
+
+def run_model_card(
+    template: str | os.PathLike,
+    model: torch.nn.Module,
+    args: RunArguments,
+    results: dict[str, Any],
+    argv: Sequence[str],
+    *,
+    task: str,
+    split: str,
+    metrics: dict[str, float],
+    dataset: str,
+    built_in: tuple[str, str] | None = None,
+    base_model: str | None = None,
+    **card_kwargs: Any,
+) -> ModelCard:
+    """The model card of a finished run of ``hf-xcv-train <task>``: ``metrics`` measured on ``split`` as its
+    model-index, the run's hyperparameters and command line.
+
+    Args:
+        dataset: the ``--dataset`` the run read; ``built_in`` = (that option's value for the built-in data, the id a
+            card names it by). Any other dataset is named by its Hub id or folder name, and listed as a Hub dataset
+            when it is one.
+        card_kwargs: further arguments of :func:`~hf_xcv.training.model_card.build_model_card` (task type, tags,
+            template variables, ...).
+    """
+    own = built_in is not None and dataset == built_in[0]
+    dataset_id = built_in[1] if own else dataset_label(dataset)
+    card_kwargs.setdefault("dataset_name", dataset_id)
+    return build_model_card(
+        template, model, repo_id=args.hub_model_id or Path(args.output_dir).name, dataset_id=dataset_id,
+        results=[MeasuredResult(metric, value, split) for metric, value in metrics.items()],
+        hyperparameters=card_hyperparameters(args, results["world_size"]),
+        command=script_command(f"hf-xcv-train {task}", argv), base_model=base_model,
+        dataset_on_hub=not own and hub_id(dataset) is not None, **card_kwargs,
+    )  # fmt: skip
 
 
 def script_command(command: str, argv: Sequence[str]) -> str:
