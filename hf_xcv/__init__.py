@@ -23,6 +23,13 @@ from .models.detr import (
     DetrPreTrainedModel,
     XcvDetrImageProcessor,
 )
+from .models.ipt import (
+    ImageRestorationOutput,
+    IPTConfig,
+    IPTForImageRestoration,
+    IPTModel,
+    IPTPreTrainedModel,
+)
 from .models.swin import (
     SwinBackbone,
     SwinConfig,
@@ -87,6 +94,11 @@ __all__ = [
     "SwinModel",
     "SwinPreTrainedModel",
     "ReferenceSuperResolutionOutput",
+    "IPTConfig",
+    "IPTForImageRestoration",
+    "IPTModel",
+    "IPTPreTrainedModel",
+    "ImageRestorationOutput",
     "TTSRConfig",
     "TTSRForReferenceSuperResolution",
     "TTSRImageProcessor",

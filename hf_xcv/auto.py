@@ -29,6 +29,8 @@ from .models.deformable_detr import (
 )
 from .models.detr import DetrConfig, DetrForObjectDetection, DetrModel, XcvDetrImageProcessor
 from .models.detr.modeling_detr import detr_dummy_inputs
+from .models.ipt import IPTConfig, IPTForImageRestoration, IPTModel
+from .models.ipt.modeling_ipt import ipt_dummy_inputs
 from .models.swin import SwinBackbone, SwinConfig, SwinForImageClassification, SwinModel, XcvSwinImageProcessor
 from .models.swin.modeling_swin import swin_dummy_inputs
 from .models.transformer import TransformerConfig, TransformerForConditionalGeneration, TransformerModel
@@ -128,6 +130,13 @@ MODEL_TYPES: dict[str, ModelEntry] = {
             dummy_inputs=ttsr_dummy_inputs,
             # the residual blocks' two convolutions (the main network's bulk), for LoRA / IA3 on a conv network
             adapter_module_names=TTSR_ADAPTER_MODULES,
+        ),
+        ModelEntry(
+            config=IPTConfig,
+            base_model=IPTModel,
+            heads={"AutoModelForImageToImage": IPTForImageRestoration},
+            test_preset="ipt-test-tiny",
+            dummy_inputs=ipt_dummy_inputs,
         ),
         ModelEntry(
             config=TransformerConfig,

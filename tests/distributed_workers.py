@@ -38,8 +38,10 @@ def batch(model) -> dict[str, torch.Tensor]:
 
 
 def half(inputs: dict[str, torch.Tensor], rank: int) -> dict[str, torch.Tensor]:
+    """This rank's rows of every batched input (tensors, lists); a setting of the whole call (IPT's task name) as it
+    is."""
     rows = slice(rank * BATCH // WORLD, (rank + 1) * BATCH // WORLD)
-    return {key: value[rows] for key, value in inputs.items()}
+    return {key: value if isinstance(value, str) else value[rows] for key, value in inputs.items()}
 
 
 def shard(model: torch.nn.Module) -> torch.nn.Module:

@@ -32,6 +32,7 @@ class MultiHeadAttention(nn.Module):
         hidden_size: width of the queries and of the output.
         num_heads: number of heads; ``hidden_size`` must divide evenly.
         qkv_bias: bias on the query, key and value projections.
+        out_bias: bias on the output projection (IPT's attention has none, like ``nn.MultiheadAttention(bias=False)``).
         attention_type: registry name of the core (``"full"`` = exact softmax attention).
         attention_kwargs: the core's own settings, validated by the registry.
         dropout: dropout on the attention probabilities (training only).
@@ -54,6 +55,7 @@ class MultiHeadAttention(nn.Module):
         config: PretrainedConfig | None = None,
         layer_idx: int | None = None,
         value_size: int | None = None,
+        out_bias: bool = True,
     ):
         super().__init__()
         if hidden_size % num_heads:
@@ -74,7 +76,7 @@ class MultiHeadAttention(nn.Module):
         self.k_proj = nn.Linear(kv_size, hidden_size, bias=qkv_bias) if "k" in reads else None
         self.v_proj = nn.Linear(kv_size if value_size is None else value_size, hidden_size, bias=qkv_bias)
         self.kv_size = kv_size
-        self.o_proj = nn.Linear(hidden_size, hidden_size)
+        self.o_proj = nn.Linear(hidden_size, hidden_size, bias=out_bias)
 
     def _split_heads(self, x: torch.Tensor) -> torch.Tensor:
         batch, length, _ = x.shape

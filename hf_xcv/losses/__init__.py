@@ -11,6 +11,7 @@ from .box_ops import (
     generalized_box_iou,
     paired_generalized_box_iou,
 )
+from .contrastive import supervised_contrastive_loss
 from .detection import SetCriterion, average_box_count, sigmoid_focal_loss
 from .label_smoothing import label_smoothed_loss
 from .matcher import HungarianMatcher
@@ -59,6 +60,7 @@ __all__ = [
     "perceptual_loss",
     "reconstruction_loss",
     "sigmoid_focal_loss",
+    "supervised_contrastive_loss",
     "texture_loss",
     "transferal_perceptual_loss",
     "wgan_discriminator_loss",
