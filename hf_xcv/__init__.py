@@ -27,6 +27,7 @@ from .models.ipt import (
     ImageRestorationOutput,
     IPTConfig,
     IPTForImageRestoration,
+    IPTImageProcessor,
     IPTModel,
     IPTPreTrainedModel,
 )
@@ -68,6 +69,7 @@ from .models.xformer import (
     XFormerModel,
     XFormerPreTrainedModel,
 )
+from .pipelines import ImageRestorationPipeline
 from .presets import PRESETS, preset_config
 
 __version__ = "0.1.0"
@@ -95,7 +97,9 @@ __all__ = [
     "SwinPreTrainedModel",
     "ReferenceSuperResolutionOutput",
     "IPTConfig",
+    "ImageRestorationPipeline",
     "IPTForImageRestoration",
+    "IPTImageProcessor",
     "IPTModel",
     "IPTPreTrainedModel",
     "ImageRestorationOutput",

@@ -29,7 +29,7 @@ from .models.deformable_detr import (
 )
 from .models.detr import DetrConfig, DetrForObjectDetection, DetrModel, XcvDetrImageProcessor
 from .models.detr.modeling_detr import detr_dummy_inputs
-from .models.ipt import IPTConfig, IPTForImageRestoration, IPTModel
+from .models.ipt import IPTConfig, IPTForImageRestoration, IPTImageProcessor, IPTModel
 from .models.ipt.modeling_ipt import ipt_dummy_inputs
 from .models.swin import SwinBackbone, SwinConfig, SwinForImageClassification, SwinModel, XcvSwinImageProcessor
 from .models.swin.modeling_swin import swin_dummy_inputs
@@ -135,6 +135,7 @@ MODEL_TYPES: dict[str, ModelEntry] = {
             config=IPTConfig,
             base_model=IPTModel,
             heads={"AutoModelForImageToImage": IPTForImageRestoration},
+            image_processor=IPTImageProcessor,
             test_preset="ipt-test-tiny",
             dummy_inputs=ipt_dummy_inputs,
         ),

@@ -9,6 +9,7 @@
     hf-xcv-convert deformable-detr --input r50_deformable_detr-checkpoint.pth --output deformable-detr-xcv --verify
     hf-xcv-convert marian --input Helsinki-NLP/opus-mt-en-de --output opus-mt-en-de-xcv --verify
     hf-xcv-convert ttsr --input TTSR.pt --output ttsr-xcv --verify
+    hf-xcv-convert ipt --input IPT_sr2.pt --output ipt-sr-x2-xcv --verify
     hf-xcv-convert to-transformers --input runs/digits --output digits-for-transformers --verify
 
 ``hf-xcv-convert <format> --help`` lists a format's options.
@@ -28,6 +29,7 @@ FORMATS = {
     "detr": "hf_xcv.cli.convert_detr",
     "deformable-detr": "hf_xcv.cli.convert_deformable_detr",
     "ttsr": "hf_xcv.cli.convert_ttsr",
+    "ipt": "hf_xcv.cli.convert_ipt",
     "to-transformers": "hf_xcv.cli.export_to_transformers",
 }
 

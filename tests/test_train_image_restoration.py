@@ -179,7 +179,9 @@ def test_the_recipe_trains_the_texture_extractor_at_a_tenth_of_the_rate():
     from hf_xcv.cli import train_image_restoration as script
 
     model = script.build_model(script.ModelArguments(preset="ttsr-test-tiny"))
-    optimizer, scheduler = script.build_optimizer(model, script.TrainArguments(output_dir="unused"), total_steps=10)
+    args = script.TrainArguments(output_dir="unused")
+    script.apply_recipe(args, model.config)  # the options left unset take TTSR's recipe
+    optimizer, scheduler = script.build_optimizer(model, args, total_steps=10)
     main, extractor = optimizer.param_groups
     assert (main["lr"], extractor["lr"]) == (1e-4, 1e-5) and main["betas"] == (0.9, 0.999) and main["eps"] == 1e-8
     names = {id(p): n for n, p in model.named_parameters()}
@@ -271,5 +273,7 @@ def test_vgg19_initialises_only_a_texture_extractor_of_its_widths(vgg19_file, ca
     assert list(reduced.config.texture_channels) == [4, 8, 16]
     reduced.save_pretrained(tmp_path / "tuned")
     script.hf_xcv.TTSRImageProcessor(size_divisibility_mode="pad").save_pretrained(tmp_path / "tuned")
-    processor = script.build_processor(script.ModelArguments(model_name_or_path=str(tmp_path / "tuned")))
+    processor = script.build_processor(
+        script.ModelArguments(model_name_or_path=str(tmp_path / "tuned")), reduced.config
+    )
     assert processor.size_divisibility_mode == "pad"  # fine-tuning keeps the checkpoint's processor

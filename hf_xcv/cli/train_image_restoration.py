@@ -1,8 +1,10 @@
 #!/usr/bin/env python
-"""Train an hf_xcv image-restoration model (TTSR, reference-based x4 super-resolution) with accelerate: one CPU,
-several processes, or several GPUs.
+"""Train an hf_xcv image-restoration model (TTSR, reference-based x4 super-resolution; IPT, a transformer body shared
+by named restoration tasks) with accelerate: one CPU, several processes, or several GPUs.
 
     hf-xcv-train image-restoration --output_dir runs/ttsr-photos          (or python -m hf_xcv.train ...)
+    hf-xcv-train image-restoration --preset ipt-photos --output_dir runs/ipt-photos
+    hf-xcv-train image-restoration --model_name_or_path runs/ipt-photos --tasks sr_x4 --output_dir runs/ipt-x4
     hf-xcv-train image-restoration --preset ttsr --losses all --vgg19_weights vgg19-dcbb9e9d.pth \
         --dataset path/to/folder --output_dir runs/ttsr
     accelerate launch --multi_gpu --num_processes 2 -m hf_xcv.train image-restoration --output_dir runs/ddp
@@ -28,6 +30,15 @@ Held-out images are scored whole (Y-channel PSNR / SSIM, the border shaved by 4)
 same inputs. Checkpoints are atomic (the discriminator and its optimizer included) and ``--resume_from_checkpoint
 latest`` continues exactly; the final folder (model, processor, a model card with the measured PSNR / SSIM and
 ``restorations.png``: LR, bicubic, output, HR and reference side by side) is ready for the Hub.
+
+IPT (a model with ``config.tasks``; :mod:`hf_xcv.cli.restoration_tasks`): the training crops (``--crop_size``, by
+default a tile times the largest task scale) are degraded in the training step for one task drawn per batch (the
+paper's multi-task pre-training; ``--tasks`` trains a subset, e.g. one task to fine-tune), L1 plus, with
+``--contrastive_loss_weight`` (the paper pre-trains with 0.1), the supervised contrastive loss on the body's patch
+features. Defaults are the paper's pre-training recipe: Adam (0.9, 0.999) at 5e-5, batch 64 of 48x48 inputs, gradient
+clipping at 1.0 (MindSpore's), 300 epochs; fine-tune with ``--learning_rate 2e-5``. Every task is scored on the
+held-out photos (Y PSNR / SSIM, shave = scale for super-resolution, none otherwise) next to its baseline: bicubic
+upsampling for super-resolution, the degraded input for denoising and deraining.
 """
 
 from __future__ import annotations
@@ -50,6 +61,7 @@ from transformers import AutoImageProcessor, HfArgumentParser
 
 import hf_xcv
 from hf_xcv.auto import MODEL_TYPES
+from hf_xcv.cli import restoration_tasks as tasks_mode
 from hf_xcv.configuration_utils import check_known_fields
 from hf_xcv.conversion import load_config_dict
 from hf_xcv.data import load_photos_dataset, load_restoration_folder, training_crops
@@ -71,9 +83,15 @@ INPUT_KEYS = ("pixel_values", "upsampled_pixel_values", "reference_pixel_values"
 
 @dataclass
 class ModelArguments:
-    preset: str | None = field(default=None, metadata={"help": f"a TTSR preset; {DEFAULT_PRESET} without it"})
+    preset: str | None = field(
+        default=None,
+        metadata={"help": f"a restoration preset (ttsr-photos, ipt-photos, ...); {DEFAULT_PRESET} without it"},
+    )
     model_name_or_path: str | None = field(
-        default=None, metadata={"help": "fine-tune this hf_xcv TTSR checkpoint (folder or Hub repo) instead"}
+        default=None, metadata={"help": "fine-tune this hf_xcv TTSR or IPT checkpoint (folder or Hub repo) instead"}
+    )
+    tasks: str | None = field(
+        default=None, metadata={"help": "IPT: train only these of the model's tasks (comma-separated); all without it"}
     )
     attention_type: str | None = field(
         default=None,
@@ -99,7 +117,10 @@ class DataArguments:
         default="photos",
         metadata={"help": "'photos' (built in), a folder of hr/ (+ ref/) images, or a save_to_disk DatasetDict"},
     )
-    crop_size: int = field(default=160, metadata={"help": "training crops' side in HR pixels (TTSR: 160, LR 40)"})
+    crop_size: int | None = field(
+        default=None,
+        metadata={"help": "training crops' side in HR pixels; TTSR: 160 (LR 40), IPT: a tile x the largest scale"},
+    )
     coverage: float = field(default=2.0, metadata={"help": "how often the training crops cover each training image"})
     missing_reference: str = field(
         default="error", metadata={"help": "a folder's HR image without a reference: 'error' or 'panned'"}
@@ -113,15 +134,17 @@ class DataArguments:
 
 @dataclass
 class TrainArguments(runner.RunArguments):
-    learning_rate: float = field(default=1e-4, metadata={"help": "the main network's learning rate"})
+    learning_rate: float | None = field(
+        default=None, metadata={"help": "TTSR: the main network's (1e-4); IPT: every parameter's (5e-5)"}
+    )
     lr_texture_extractor: float = field(default=1e-5, metadata={"help": "the texture extractor's learning rate"})
     adam_beta1: float = 0.9
     adam_beta2: float = 0.999
     adam_epsilon: float = 1e-8
     lr_scheduler_type: str = "constant"
-    max_grad_norm: float = 0.0
-    num_train_epochs: int = 200
-    per_device_train_batch_size: int = 9
+    max_grad_norm: float | None = field(default=None, metadata={"help": "TTSR: 0 (no clipping); IPT: 1.0"})
+    num_train_epochs: int | None = field(default=None, metadata={"help": "TTSR: 200; IPT: 300"})
+    per_device_train_batch_size: int | None = field(default=None, metadata={"help": "TTSR: 9; IPT: 64"})
     per_device_eval_batch_size: int = field(default=1, metadata={"help": "held-out images are scored whole"})
     eval_every_epochs: int = 10
     losses: str = field(default="rec", metadata={"help": "'rec' (L1: TTSR-rec) or 'all' (the full TTSR recipe)"})
@@ -131,14 +154,70 @@ class TrainArguments(runner.RunArguments):
     adversarial_weight: float = 1e-3
     gan_k: int = field(default=2, metadata={"help": "discriminator steps per training step"})
     lr_discriminator: float = 1e-4
+    contrastive_loss_weight: float | None = field(
+        default=None,
+        metadata={"help": "IPT: weight of the contrastive loss (the paper pre-trains with 0.1); None: the model's"},
+    )
+
+
+# Each family's recipe for the options left unset: (TTSR, IPT).
+RECIPES = {
+    "learning_rate": (1e-4, 5e-5),
+    "max_grad_norm": (0.0, 1.0),
+    "num_train_epochs": (200, 300),
+    "per_device_train_batch_size": (9, 64),
+}
+
+
+def has_tasks(config: Any) -> bool:
+    """Whether the model is one of named restoration tasks (IPT), trained by :mod:`hf_xcv.cli.restoration_tasks`."""
+    return hasattr(config, "restoration_tasks")
+
+
+def apply_recipe(args: TrainArguments, config: Any) -> None:
+    """The family's recipe for every option left unset."""
+    for name, values in RECIPES.items():
+        if getattr(args, name) is None:
+            setattr(args, name, values[has_tasks(config)])
+
+
+def resolve_config(args: ModelArguments) -> Any:
+    """The config the run trains (the preset's or the checkpoint's, with the overrides), without building the model."""
+    overrides = model_overrides(args)
+    if args.model_name_or_path:
+        model_type = load_config_dict(args.model_name_or_path)["model_type"]
+        check_known_fields(MODEL_TYPES[model_type].config, overrides)
+        return MODEL_TYPES[model_type].config.from_pretrained(args.model_name_or_path, **overrides)
+    name = args.preset or DEFAULT_PRESET
+    check_known_fields(MODEL_TYPES[PRESETS[name].model_type].config, overrides)
+    return hf_xcv.preset_config(name, **overrides)
+
+
+def model_overrides(args: ModelArguments) -> dict[str, Any]:
+    overrides: dict[str, Any] = runner.parse_overrides(args.config_overrides)
+    if args.attention_type:
+        overrides["attention_type"] = args.attention_type
+    return overrides
+
+
+def trained_tasks(args: ModelArguments, config: Any) -> dict[str, int]:
+    """The tasks the run trains and scores (``--tasks`` or all of the model's), with their scales."""
+    scales = {task.name: task.scale for task in config.restoration_tasks}
+    if not args.tasks:
+        return scales
+    wanted = [task.strip() for task in args.tasks.split(",") if task.strip()]
+    unknown = [task for task in wanted if task not in scales]
+    if unknown or not wanted:
+        raise ValueError(f"--tasks {args.tasks!r}: the model's tasks are {list(scales)}")
+    return {task: scales[task] for task in wanted}
 
 
 def parse_args(argv: list[str] | None = None) -> tuple[ModelArguments, DataArguments, TrainArguments]:
     return HfArgumentParser((ModelArguments, DataArguments, TrainArguments)).parse_args_into_dataclasses(args=argv)
 
 
-def check_args(model_args: ModelArguments, args: TrainArguments) -> None:
-    """What can be refused before the run folder is claimed, by name."""
+def check_args(model_args: ModelArguments, args: TrainArguments) -> Any:
+    """What can be refused before the run folder is claimed, by name; the config the run trains."""
     try:
         import skimage.metrics  # noqa: F401  (SSIM of the evaluation; found missing at the end, it loses the run)
     except ImportError as err:
@@ -160,18 +239,34 @@ def check_args(model_args: ModelArguments, args: TrainArguments) -> None:
                 f"{model_args.model_name_or_path} holds a checkpoint of model_type {source!r}; this script trains "
                 f"{RESTORATION_TYPES}"
             )
+    config = resolve_config(model_args)
+    if model_args.tasks and not has_tasks(config):
+        raise ValueError(f"--tasks is for models of named tasks (IPT), not {config.model_type}")
+    if has_tasks(config):
+        trained_tasks(model_args, config)  # a task the model lacks is refused now
+        if args.losses != "rec" or model_args.vgg19_weights:
+            raise ValueError("--losses all and --vgg19_weights are TTSR's recipe; IPT trains with L1 (+ contrastive)")
+    elif args.contrastive_loss_weight is not None:
+        raise ValueError("--contrastive_loss_weight is IPT's; TTSR's losses are set by --losses")
+    return config
 
 
-def load_data(args: DataArguments, seed: int) -> DatasetDict:
+def load_data(args: DataArguments, seed: int, config: Any, scales: dict[str, int] | None = None) -> DatasetDict:
     """HR images with references: training crops, and whole held-out images (each row named: the scores of a
-    distributed evaluation are gathered by name)."""
-    if args.crop_size % SCALE or args.crop_size < SCALE * 3:
+    distributed evaluation are gathered by name). ``scales``: the trained tasks' of a model of named tasks."""
+    if scales is not None:
+        args.crop_size = args.crop_size or config.image_size * max(scales.values())
+        tasks_mode.check_crop_size(args.crop_size, config, scales)
+    elif (crop := args.crop_size or 160) % SCALE or crop < SCALE * 3:
         raise ValueError(
-            f"--crop_size {args.crop_size} must be a multiple of 4 and at least 12 (a 3x3 low-resolution crop: one "
+            f"--crop_size {crop} must be a multiple of 4 and at least 12 (a 3x3 low-resolution crop: one "
             "patch of TTSR's relevance embedding)"
         )
+    else:
+        args.crop_size = crop
     if args.dataset == "photos":
-        data = load_photos_dataset(crop_size=args.crop_size, coverage=args.coverage, seed=seed)
+        multiple = SCALE if scales is None else tasks_mode.crop_scale(scales)
+        data = load_photos_dataset(crop_size=args.crop_size, coverage=args.coverage, seed=seed, scale=multiple)
     else:
         if Path(args.dataset, "dataset_dict.json").exists():
             data = load_from_disk(args.dataset)
@@ -212,11 +307,11 @@ def check_held_out(data: DatasetDict, splits: tuple[str, ...], processor: Any, e
             )
 
 
-def build_model(args: ModelArguments) -> torch.nn.Module:
+def build_model(args: ModelArguments, contrastive_loss_weight: float | None = None) -> torch.nn.Module:
     """A fresh model from a preset (its texture extractor from VGG19 when given), or a checkpoint."""
-    overrides: dict[str, Any] = runner.parse_overrides(args.config_overrides)
-    if args.attention_type:
-        overrides["attention_type"] = args.attention_type
+    overrides = model_overrides(args)
+    if contrastive_loss_weight is not None:
+        overrides["contrastive_loss_weight"] = contrastive_loss_weight
     if args.model_name_or_path:
         model_type = load_config_dict(args.model_name_or_path)["model_type"]
         check_known_fields(MODEL_TYPES[model_type].config, overrides)
@@ -241,14 +336,24 @@ def build_model(args: ModelArguments) -> torch.nn.Module:
     return model
 
 
-def build_processor(args: ModelArguments) -> Any:
-    """The checkpoint's processor when fine-tuning one that has it, else the original pipeline's."""
+def build_processor(args: ModelArguments, config: Any) -> Any:
+    """The checkpoint's processor when fine-tuning one that has it, else the original pipeline's; an IPT processor
+    must work in the model's value range."""
+    processor = None
     if args.model_name_or_path:
         try:
-            return AutoImageProcessor.from_pretrained(args.model_name_or_path)
+            processor = AutoImageProcessor.from_pretrained(args.model_name_or_path)
         except OSError:  # no preprocessor_config.json
             pass
-    return hf_xcv.TTSRImageProcessor()
+    if processor is None:
+        ipt = has_tasks(config)
+        processor = hf_xcv.IPTImageProcessor(rgb_range=config.rgb_range) if ipt else hf_xcv.TTSRImageProcessor()
+    if has_tasks(config) and processor.rgb_range != config.rgb_range:
+        raise ValueError(
+            f"the image processor works in [0, {processor.rgb_range}] and the model in [0, {config.rgb_range}] "
+            "(rgb_range): their pixel values would be misread"
+        )
+    return processor
 
 
 class RestorationCollator:
@@ -267,9 +372,9 @@ class RestorationCollator:
         return {**batch, "names": [str(row.get("name", index)) for index, row in enumerate(rows)]}
 
 
-def build_dataloaders(data: DatasetDict, processor: Any, data_args: DataArguments, args: TrainArguments):
+def build_dataloaders(data: DatasetDict, collator: Any, data_args: DataArguments, args: TrainArguments):
     splits = [data[split] for split in ("train", data_args.eval_split, data_args.test_split)]
-    return runner.build_dataloaders(splits, args, RestorationCollator(processor))
+    return runner.build_dataloaders(splits, args, collator)
 
 
 def _flip_rotate(images: list[torch.Tensor], flips: tuple[bool, bool], turns: int) -> list[torch.Tensor]:
@@ -301,7 +406,7 @@ def augment(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 
 
 def build_optimizer(model: torch.nn.Module, args: TrainArguments, total_steps: int) -> tuple[Any, Any]:
-    """Adam with the original's two learning rates: the texture extractor at ``lr_texture_extractor``, everything
+    """Adam with the original's two learning rates: TTSR's texture extractor at ``lr_texture_extractor``, everything
     else at ``learning_rate``; a constant rate by default (the original's step decay never fires)."""
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     extractor = [p for n, p in named if ".texture_extractor." in f".{n}"]
@@ -351,23 +456,32 @@ def evaluate_split(accelerator: Accelerator, model: torch.nn.Module, loader: Dat
 
 
 def reporter(
-    accelerator: Accelerator, evaluate: Callable[[], dict], every: int, split: str
+    accelerator: Accelerator, evaluate: Callable[[], dict], every: int, split: str, tasks: list[str] | None = None
 ) -> Callable[[TrainerState, bool], None]:
     def report(state: TrainerState, epoch_ended: bool) -> None:
         if epoch_ended and every and state.epoch % every == 0:
             results = evaluate()
-            accelerator.print(
-                f"epoch {state.epoch} step {state.completed_steps}: {split} PSNR {results['psnr']:.2f} dB SSIM "
-                f"{results['ssim']:.4f} (bicubic {results['bicubic_psnr']:.2f} / {results['bicubic_ssim']:.4f})"
-            )
+            if tasks is not None:
+                scores = tasks_mode.describe(results, tasks)
+            else:
+                scores = (f"PSNR {results['psnr']:.2f} dB SSIM {results['ssim']:.4f} (bicubic "
+                          f"{results['bicubic_psnr']:.2f} / {results['bicubic_ssim']:.4f})")  # fmt: skip
+            accelerator.print(f"epoch {state.epoch} step {state.completed_steps}: {split} {scores}")
 
     return report
 
 
 @torch.no_grad()
-def draw_pictures(model: torch.nn.Module, processor: Any, split: Any, count: int, path: Path) -> None:
-    """LR, bicubic, output, HR and reference of the first ``count`` images of ``split``, in one PNG."""
+def draw_pictures(
+    model: torch.nn.Module, processor: Any, split: Any, count: int, path: Path, scales: dict[str, int] | None = None
+) -> None:
+    """LR, bicubic, output, HR and reference of the first ``count`` images of ``split``, in one PNG (IPT: input,
+    baseline, output and clean image, per task)."""
     model.eval()
+    if scales is not None:
+        rows = tasks_mode.picture_rows(model, processor, split, count, list(scales))
+        restoration_panel(rows, output_label="IPT").save(path)
+        return
     rows = []
     for row in split.select(range(min(count, len(split)))):
         batch = processor(high_resolution_images=row["image"], references=row["reference"], return_tensors="pt")
@@ -382,10 +496,16 @@ def draw_pictures(model: torch.nn.Module, processor: Any, split: Any, count: int
 
 def model_card(model, results, args: TrainArguments, model_args, data_args: DataArguments, argv) -> ModelCard:
     split = data_args.test_split
-    family = {"family": "TTSR", "paper": "Yang et al. 2020", "scale": SCALE, "baseline": results[split]}
+    if has_tasks(model.config):
+        tasks = list(trained_tasks(model_args, model.config))
+        family = {"family": "IPT", "paper": "Chen et al. 2021", "tasks": tasks, "scores": results[split]}
+        metrics = {f"{metric}_{task}": results[split][f"{metric}_{task}"] for task in tasks for metric in ("psnr",
+                   "ssim")}  # fmt: skip
+    else:
+        family = {"family": "TTSR", "paper": "Yang et al. 2020", "scale": SCALE, "baseline": results[split]}
+        metrics = {k: results[split][k] for k in ("psnr", "ssim")}  # the model's; bicubic's go in the text
     return runner.run_model_card(
-        TEMPLATE, model, args, results, argv, task="image-restoration", split=split,
-        metrics={k: results[split][k] for k in ("psnr", "ssim")},  # the model's; bicubic's go in the text
+        TEMPLATE, model, args, results, argv, task="image-restoration", split=split, metrics=metrics,
         dataset=data_args.dataset, built_in=("photos", "scikit-image-photos"),
         base_model=model_args.model_name_or_path, task_type="image-to-image", pipeline_tag="image-to-image",
         template_vars=family,
@@ -461,31 +581,36 @@ def full_objective(
 def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     argv = sys.argv[1:] if argv is None else argv
     model_args, data_args, args = parse_args(argv)
-    check_args(model_args, args)  # these before the run folder is claimed: a bad option or dataset leaves nothing
-    data = load_data(data_args, args.seed)
-    processor = build_processor(model_args)
-    check_held_out(data, (data_args.eval_split, data_args.test_split), processor, args.per_device_eval_batch_size)
-    accelerator, out = runner.start_run(args, model=model_args, data=data_args)
+    config = check_args(model_args, args)  # these before the run folder is claimed: a bad option or data leaves nothing
+    apply_recipe(args, config)
+    scales = trained_tasks(model_args, config) if has_tasks(config) else None
+    data = load_data(data_args, args.seed, config, scales)
+    processor = build_processor(model_args, config)
+    held_out = (data_args.eval_split, data_args.test_split)
+    if scales is None:
+        check_held_out(data, held_out, processor, args.per_device_eval_batch_size)
+    else:
+        tasks_mode.check_held_out(data, held_out, config, scales)
+    multi_task = scales is not None and len(config.tasks) > 1  # the other tasks' heads get no gradient in a step
+    accelerator, out = runner.start_run(args, find_unused_parameters=multi_task, model=model_args, data=data_args)
     with runner.setting_up(accelerator, out):
-        model = build_model(model_args)
+        model = build_model(model_args, args.contrastive_loss_weight)
         criterion = None
         if args.losses == "all":  # before the state is restored: the discriminator's is part of it
             criterion = build_criterion(accelerator, model_args, args, data_args.crop_size)
-        loaders = build_dataloaders(data, processor, data_args, args)
+        collator = RestorationCollator(processor) if scales is None else tasks_mode.CleanImageCollator()
+        loaders = build_dataloaders(data, collator, data_args, args)
         parts, state, (eval_dl, test_dl) = runner.prepare_loop(
             accelerator, out, args, model, loaders, lambda model, total: build_optimizer(model, args, total)
         )
     model = parts.model
-    evaluate = functools.partial(evaluate_split, accelerator, model)
-    report = reporter(accelerator, functools.partial(evaluate, eval_dl), args.eval_every_epochs, data_args.eval_split)
-    if criterion is None:
-        objective = reconstruction_only(model)
+    if scales is None:
+        evaluate = functools.partial(evaluate_split, accelerator, model)
     else:
-        objective = full_objective(accelerator, model, criterion, state, args.num_init_epochs)
-
-    def loss_of(batch: dict[str, Any]) -> torch.Tensor:
-        return objective(augment(batch) if data_args.augment else batch)
-
+        evaluate = functools.partial(tasks_mode.score_split, accelerator, model, processor, tasks=list(scales))
+    report = reporter(accelerator, functools.partial(evaluate, eval_dl), args.eval_every_epochs, data_args.eval_split,
+                      None if scales is None else list(scales))  # fmt: skip
+    loss_of = training_objective(accelerator, model, criterion, state, processor, config, scales, data_args, args)
     state, stopped = runner.train_loop(parts, state, args, loss_of, report)
     if stopped:
         return None
@@ -496,8 +621,24 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     card_for = functools.partial(model_card, args=args, model_args=model_args, data_args=data_args, argv=argv)
     if data_args.pictures and accelerator.is_main_process:  # before the final folder is pushed: it goes along
         unwrapped = accelerator.unwrap_model(model)
-        draw_pictures(unwrapped, processor, data[data_args.test_split], data_args.pictures, out / PICTURES)
+        draw_pictures(unwrapped, processor, data[data_args.test_split], data_args.pictures, out / PICTURES, scales)
     return runner.finish(parts, state, args, scores, [processor], card_for)
+
+
+def training_objective(accelerator, model, criterion, state, processor, config, scales, data_args, args):
+    """batch -> loss: IPT's one task per batch, TTSR's reconstruction loss or its full objective (augmented)."""
+    if scales is not None:
+        device = accelerator.device
+        return tasks_mode.training_objective(model, processor, scales, config.image_size, data_args.augment, device)
+    if criterion is None:
+        objective = reconstruction_only(model)
+    else:
+        objective = full_objective(accelerator, model, criterion, state, args.num_init_epochs)
+
+    def loss_of(batch: dict[str, Any]) -> torch.Tensor:
+        return objective(augment(batch) if data_args.augment else batch)
+
+    return loss_of
 
 
 if __name__ == "__main__":

@@ -32,7 +32,7 @@ from typing import Any
 
 import torch
 from accelerate import Accelerator
-from accelerate.utils import DataLoaderConfiguration, set_seed
+from accelerate.utils import DataLoaderConfiguration, DistributedDataParallelKwargs, set_seed
 from huggingface_hub import ModelCard
 from torch.utils.data import DataLoader, Dataset
 from tqdm.auto import tqdm
@@ -123,8 +123,12 @@ def step_seed(seed: int, micro_step: int, rank: int, world: int) -> int:
     return (seed * 1_000_003 + micro_step * world + rank) % (2**63)
 
 
-def build_accelerator(args: RunArguments) -> Accelerator:
+def build_accelerator(args: RunArguments, find_unused_parameters: bool = False) -> Accelerator:
+    """``find_unused_parameters``: parts of the model may get no gradient in a step (a multi-task model trains one
+    task's head per batch), which DDP must be told."""
+    handlers = [DistributedDataParallelKwargs(find_unused_parameters=True)] if find_unused_parameters else []
     return Accelerator(
+        kwargs_handlers=handlers,
         cpu=args.use_cpu or not has_accelerator_device(),  # multi-process CPU runs need cpu=True (gloo)
         mixed_precision=args.mixed_precision,
         gradient_accumulation_steps=args.gradient_accumulation_steps,
@@ -151,9 +155,12 @@ def prepare_run(accelerator: Accelerator, args: RunArguments, **more_args: Any) 
     return out
 
 
-def start_run(args: RunArguments, **more_args: Any) -> tuple[Accelerator, Path]:
-    """The accelerator and the prepared run folder (see :func:`prepare_run`); seeds every RNG with ``args.seed``."""
-    accelerator = build_accelerator(args)
+def start_run(
+    args: RunArguments, *, find_unused_parameters: bool = False, **more_args: Any
+) -> tuple[Accelerator, Path]:
+    """The accelerator (see :func:`build_accelerator`) and the prepared run folder (see :func:`prepare_run`); seeds
+    every RNG with ``args.seed``."""
+    accelerator = build_accelerator(args, find_unused_parameters)
     out = prepare_run(accelerator, args, **more_args)
     set_seed(args.seed)
     return accelerator, out

@@ -1,4 +1,5 @@
 from .configuration_ipt import IPTConfig
+from .image_processing_ipt import IPTImageProcessor
 from .modeling_ipt import (
     ImageRestorationOutput,
     IPTForImageRestoration,
@@ -10,6 +11,7 @@ from .modeling_ipt import (
 __all__ = [
     "IPTConfig",
     "IPTForImageRestoration",
+    "IPTImageProcessor",
     "IPTModel",
     "IPTModelOutput",
     "IPTPreTrainedModel",

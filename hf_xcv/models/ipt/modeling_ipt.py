@@ -321,27 +321,29 @@ def tiled(
 ) -> torch.Tensor:
     """``fn`` (tile-sized (n, C, tile, tile) -> (n, C', s*tile, s*tile)) over an image of any size (B, C, H, W),
     H, W >= tile: overlapping tiles (``overlap`` input pixels, starts from :func:`tile_starts`), ``batch`` tiles
-    per call, blended back with weights that rise linearly over the overlap from each tile's edges (normalised by
-    their sum, so an image of one tile gives ``fn``'s output exactly)."""
+    per call, each call's outputs blended into the result at once with weights that rise linearly over the overlap
+    from each tile's edges (normalised by their sum, so an image of one tile gives ``fn``'s output exactly). Memory:
+    the network's on ``batch`` tiles, plus the input and the output images."""
     height, width = x.shape[-2:]
     boxes = [(top, left) for top in tile_starts(height, tile, overlap) for left in tile_starts(width, tile, overlap)]
-    tiles = torch.stack(
-        [x[:, :, top : top + tile, left : left + tile] for top, left in boxes], 1
-    )  # (B, T, C, tile, tile)
-    tiles = tiles.flatten(0, 1)  # (B*T, C, tile, tile), image-major
-    outputs = torch.cat([fn(tiles[i : i + batch]) for i in range(0, tiles.shape[0], batch)])
-    outputs = outputs.unflatten(0, (x.shape[0], len(boxes)))  # (B, T, C', s*tile, s*tile)
     if len(boxes) == 1:
-        return outputs[:, 0]
+        return torch.cat([fn(x[i : i + batch]) for i in range(0, x.shape[0], batch)])
+    jobs = [(image, top, left) for image in range(x.shape[0]) for top, left in boxes]  # image-major
     out_tile = scale * tile
-    ramp = blend_ramp(out_tile, scale * overlap, outputs.dtype, outputs.device)
-    weight = ramp[:, None] * ramp[None, :]  # (s*tile, s*tile)
-    total = outputs.new_zeros(x.shape[0], outputs.shape[2], scale * height, scale * width)
-    norm = outputs.new_zeros(1, 1, scale * height, scale * width)
-    for index, (top, left) in enumerate(boxes):
-        rows, cols = slice(scale * top, scale * top + out_tile), slice(scale * left, scale * left + out_tile)
-        total[:, :, rows, cols] += outputs[:, index] * weight
-        norm[:, :, rows, cols] += weight
+    total = norm = weight = None
+    for first in range(0, len(jobs), batch):
+        chunk = jobs[first : first + batch]
+        outputs = fn(torch.stack([x[image, :, top : top + tile, left : left + tile] for image, top, left in chunk]))
+        if total is None:  # (B, C', s*H, s*W) in the outputs' dtype and device
+            total = outputs.new_zeros(x.shape[0], outputs.shape[1], scale * height, scale * width)
+            norm = outputs.new_zeros(1, 1, scale * height, scale * width)
+            ramp = blend_ramp(out_tile, scale * overlap, outputs.dtype, outputs.device)
+            weight = ramp[:, None] * ramp[None, :]  # (s*tile, s*tile)
+        for output, (image, top, left) in zip(outputs, chunk):
+            rows, cols = slice(scale * top, scale * top + out_tile), slice(scale * left, scale * left + out_tile)
+            total[image, :, rows, cols] += output * weight
+            if image == 0:
+                norm[0, :, rows, cols] += weight
     return total / norm
 
 
