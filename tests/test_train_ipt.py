@@ -40,6 +40,7 @@ def test_multi_task_pre_training_scores_every_task_against_its_baseline(pretrain
     assert test["baseline_psnr_sr_x2"] > test["baseline_psnr_denoise_30"] + 3
     card = (pretrained / "README.md").read_text()
     assert "psnr_sr_x2" in card and "denoise_30" in card and "IPT" in card
+    assert "| task | PSNR | SSIM | baseline PSNR | baseline SSIM |" in card and "task=\"sr_x2\"" in card
     assert (pretrained / "restorations.png").exists()
     config = json.loads((pretrained / "config.json").read_text())
     assert config["model_type"] == "xcv_ipt" and config["tasks"] == ["sr_x2", "denoise_30"]
