@@ -40,7 +40,7 @@ def test_multi_task_pre_training_scores_every_task_against_its_baseline(pretrain
     assert test["baseline_psnr_sr_x2"] > test["baseline_psnr_denoise_30"] + 3
     card = (pretrained / "README.md").read_text()
     assert "psnr_sr_x2" in card and "denoise_30" in card and "IPT" in card
-    assert "| task | PSNR | SSIM | baseline PSNR | baseline SSIM |" in card and "task=\"sr_x2\"" in card
+    assert "| task | PSNR | SSIM | baseline PSNR | baseline SSIM |" in card and 'task="sr_x2"' in card
     assert (pretrained / "restorations.png").exists()
     config = json.loads((pretrained / "config.json").read_text())
     assert config["model_type"] == "xcv_ipt" and config["tasks"] == ["sr_x2", "denoise_30"]
@@ -68,6 +68,18 @@ def test_a_users_folder_trains_on_two_processes_and_scores_every_image_once(fold
     results = json.loads((out / "all_results.json").read_text())
     assert results["world_size"] == 2
     assert results["test"]["num_images"] == 2 and results["validation"]["num_images"] == 1
+
+
+def test_a_folder_of_clean_images_without_references_trains(folder, module_env, tmp_path):  # noqa: F811
+    import shutil
+
+    clean = tmp_path / "clean"
+    shutil.copytree(folder, clean)
+    for split in ("train", "validation", "test"):
+        shutil.rmtree(clean / split / "ref")  # IPT reads hr/ only: no reference needed
+    out = tmp_path / "run"
+    check(run(["--output_dir", str(out), "--dataset", str(clean), "--max_train_steps", "1", *QUICK], module_env))
+    assert json.loads((out / "all_results.json").read_text())["test"]["num_images"] == 2
 
 
 def test_resumed_run_ends_with_the_weights_of_an_uninterrupted_one(module_env, tmp_path):  # noqa: F811

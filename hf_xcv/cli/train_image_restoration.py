@@ -123,7 +123,8 @@ class DataArguments:
     )
     coverage: float = field(default=2.0, metadata={"help": "how often the training crops cover each training image"})
     missing_reference: str = field(
-        default="error", metadata={"help": "a folder's HR image without a reference: 'error' or 'panned'"}
+        default="error",
+        metadata={"help": "TTSR: a folder's HR image without a reference: 'error' or 'panned' (IPT reads hr/ only)"},
     )
     augment: bool = field(default=True, metadata={"help": "random flips and 90-degree rotations (the original's)"})
     max_train_samples: int | None = None
@@ -264,14 +265,15 @@ def load_data(args: DataArguments, seed: int, config: Any, scales: dict[str, int
         )
     else:
         args.crop_size = crop
+    crop_scale = SCALE if scales is None else tasks_mode.crop_scale(scales)
     if args.dataset == "photos":
-        multiple = SCALE if scales is None else tasks_mode.crop_scale(scales)
-        data = load_photos_dataset(crop_size=args.crop_size, coverage=args.coverage, seed=seed, scale=multiple)
+        data = load_photos_dataset(crop_size=args.crop_size, coverage=args.coverage, seed=seed, scale=crop_scale)
     else:
         if Path(args.dataset, "dataset_dict.json").exists():
             data = load_from_disk(args.dataset)
         else:
-            data = load_restoration_folder(args.dataset, missing_reference=args.missing_reference)
+            policy, multiple = (args.missing_reference, SCALE) if scales is None else ("itself", crop_scale)
+            data = load_restoration_folder(args.dataset, missing_reference=policy, scale=multiple)
         data = DatasetDict({split: with_names(rows, split) for split, rows in data.items()})
         if "train" in data:
             data["train"] = training_crops(

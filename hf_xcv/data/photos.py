@@ -58,7 +58,7 @@ EXCLUDED_PHOTOS = {
 SPLITS = ("train", "validation", "test")
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff", ".webp")
 REFERENCE_POLICIES = ("image", "reference")
-MISSING_REFERENCE_POLICIES = ("error", "panned")
+MISSING_REFERENCE_POLICIES = ("error", "panned", "itself")
 _HIGH_DEPTH_MODES = ("I", "I;16", "I;16B", "I;16L", "I;16N", "F")
 
 
@@ -385,6 +385,9 @@ def _pair(
         return mod_crop(image, scale, str(hr_path)), mod_crop(_read_image(ref_path), scale, str(ref_path)), hr_path.stem
     if missing_reference == "panned":
         return (*panned_views(image, scale, str(hr_path)), hr_path.stem)
+    if missing_reference == "itself":  # for models that read no reference (IPT)
+        image = mod_crop(image, scale, str(hr_path))
+        return image, image, hr_path.stem
     raise ValueError(
         f"{hr_path} has no reference (no image named {hr_path.stem!r} in {hr_path.parent.parent / 'ref'}): add one, "
         "or pass missing_reference='panned' to make a panned view pair of it"
@@ -440,7 +443,7 @@ def load_restoration_folder(
         split: the name of the one split when ``path/hr`` exists.
         missing_reference: ``"error"``: an HR image without a reference is an error; ``"panned"``: it becomes a
             panned view pair (:func:`panned_views`: the HR image is its left two thirds, the reference its right two
-            thirds).
+            thirds); ``"itself"``: its reference is the HR image itself (for models that read no reference, IPT).
         scale: the super-resolution factor the sizes are multiples of.
 
     Raises:
