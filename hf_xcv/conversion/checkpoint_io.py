@@ -138,3 +138,31 @@ def load_pth_state_dict(path: str) -> dict[str, Any]:
     if not isinstance(checkpoint, dict) or not all(isinstance(v, torch.Tensor) for v in checkpoint.values()):
         raise ValueError(f"{path} holds no state dict (expected tensors under 'model')")
     return checkpoint
+
+
+def load_official_state_dict(path: str | os.PathLike, files: str) -> dict[str, torch.Tensor]:
+    """The state dict of an official ``.pt`` file holding a model's tensors alone, read with ``weights_only=True``;
+    an error naming the file when it is missing, unreadable (truncated, corrupt) or not a plain state dict. ``files``
+    names the official files in the messages ("the official TTSR.pt / TTSR-rec.pt")."""
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"{path}: no such file")
+    try:
+        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # truncated zip, foreign pickle, random bytes: each raises its own type
+        raise CorruptCheckpointError(
+            f"{path} is not a readable PyTorch checkpoint (truncated or corrupt?): {err}"
+        ) from err
+    if not isinstance(checkpoint, dict) or not checkpoint:
+        held = "an empty dict" if isinstance(checkpoint, dict) else f"a {type(checkpoint).__name__}"
+        raise CorruptCheckpointError(
+            f"{path} holds {held}, not a state dict: {files} are plain state dicts (parameter name -> tensor)"
+        )
+    other = sorted(repr(key) for key, value in checkpoint.items() if not isinstance(value, torch.Tensor))
+    if other or not all(isinstance(key, str) for key in checkpoint):
+        raise CorruptCheckpointError(
+            f"{path} is not a plain state dict: its entries {other[:6]} are not tensors. {files} hold the model's "
+            "tensors alone (model.state_dict()); for a training checkpoint that wraps one, save the model's state "
+            "dict alone and convert that"
+        )
+    return checkpoint

@@ -51,7 +51,7 @@ from typing import Any
 import torch
 
 from ..data.degradations import parse_task
-from .checkpoint_io import CorruptCheckpointError
+from .checkpoint_io import load_official_state_dict
 from .detr import _split_in_proj
 from .ipt_reference import DIV2K_MEAN, upsampler_factors
 from .rules import Rule, rename_keys
@@ -104,31 +104,8 @@ DROP = [re.escape(f"{name}.{kind}") for name in MEAN_SHIFTS for kind in ("weight
 
 
 def load_original(path: str | os.PathLike) -> dict[str, torch.Tensor]:
-    """The state dict of an official ``.pt`` file, read with ``weights_only=True``; an error naming the file when it
-    is missing, unreadable (truncated, corrupt) or not a plain state dict."""
-    path = os.fspath(path)
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"{path}: no such file")
-    try:
-        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as err:  # truncated zip, foreign pickle, random bytes: each raises its own type
-        raise CorruptCheckpointError(
-            f"{path} is not a readable PyTorch checkpoint (truncated or corrupt?): {err}"
-        ) from err
-    if not isinstance(checkpoint, dict) or not checkpoint:
-        held = "an empty dict" if isinstance(checkpoint, dict) else f"a {type(checkpoint).__name__}"
-        raise CorruptCheckpointError(
-            f"{path} holds {held}, not a state dict: the official IPT_*.pt files are plain state dicts "
-            "(parameter name -> tensor)"
-        )
-    other = sorted(repr(key) for key, value in checkpoint.items() if not isinstance(value, torch.Tensor))
-    if other or not all(isinstance(key, str) for key in checkpoint):
-        raise CorruptCheckpointError(
-            f"{path} is not a plain state dict: its entries {other[:6]} are not tensors. The official IPT_*.pt "
-            "files hold the model's tensors alone (model.state_dict()); for a training checkpoint that wraps one, "
-            "save the IPT state dict alone and convert that"
-        )
-    return checkpoint
+    """The state dict of an official ``.pt`` file (see :func:`.checkpoint_io.load_official_state_dict`)."""
+    return load_official_state_dict(path, "the official IPT_*.pt files")
 
 
 # ---------------------------------------------------------------------------------------------------------------

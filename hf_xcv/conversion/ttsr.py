@@ -27,7 +27,7 @@ from typing import Any
 import torch
 
 from ..layers.vgg import normalization_constants
-from .checkpoint_io import CorruptCheckpointError
+from .checkpoint_io import load_official_state_dict
 from .rules import Rule, rename_keys
 
 TARGET_MODEL_TYPE = "xcv_ttsr"
@@ -65,31 +65,8 @@ DROP = [r"LTE_copy\..*", r"(.*\.)?SearchNet\..*", *(re.escape(key) for key in ME
 
 
 def load_original(path: str | os.PathLike) -> dict[str, torch.Tensor]:
-    """The state dict of an official ``.pt`` file, read with ``weights_only=True``; an error naming the file when it
-    is missing, unreadable (truncated, corrupt) or not a plain state dict."""
-    path = os.fspath(path)
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"{path}: no such file")
-    try:
-        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as err:  # truncated zip, foreign pickle, random bytes: each raises its own type
-        raise CorruptCheckpointError(
-            f"{path} is not a readable PyTorch checkpoint (truncated or corrupt?): {err}"
-        ) from err
-    if not isinstance(checkpoint, dict) or not checkpoint:
-        held = "an empty dict" if isinstance(checkpoint, dict) else f"a {type(checkpoint).__name__}"
-        raise CorruptCheckpointError(
-            f"{path} holds {held}, not a state dict: the official TTSR.pt / TTSR-rec.pt are plain state dicts "
-            "(parameter name -> tensor)"
-        )
-    other = sorted(repr(key) for key, value in checkpoint.items() if not isinstance(value, torch.Tensor))
-    if other or not all(isinstance(key, str) for key in checkpoint):
-        raise CorruptCheckpointError(
-            f"{path} is not a plain state dict: its entries {other[:6]} are not tensors. The official TTSR.pt / "
-            "TTSR-rec.pt hold the model's tensors alone (researchmm/TTSR trainer.py saves model.state_dict()); for a "
-            "training checkpoint that wraps one, save the TTSR state dict alone and convert that"
-        )
-    return checkpoint
+    """The state dict of an official ``.pt`` file (see :func:`.checkpoint_io.load_official_state_dict`)."""
+    return load_official_state_dict(path, "the official TTSR.pt / TTSR-rec.pt")
 
 
 def strip_data_parallel(state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
