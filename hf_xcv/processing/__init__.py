@@ -1,5 +1,5 @@
 """Input handling shared by the hf_xcv image processors."""
 
-from .images import prepare_images
+from .images import HIGH_DEPTH_MODES, as_uint8, prepare_images, prepare_rgb8
 
-__all__ = ["prepare_images"]
+__all__ = ["HIGH_DEPTH_MODES", "as_uint8", "prepare_images", "prepare_rgb8"]

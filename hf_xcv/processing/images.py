@@ -109,3 +109,47 @@ def prepare_images(images: Any, to_rgb: bool = True, data_format: str | None = N
     if images is None:
         raise ValueError("no images given: got None")
     return [prepare_image(image, to_rgb, data_format) for image in _split_batch(images)]
+
+
+# PIL modes that convert("RGB") clips to 8 bits (16-bit integer, 32-bit integer and float images)
+HIGH_DEPTH_MODES = ("I", "I;16", "I;16B", "I;16L", "I;16N", "F")
+
+
+def as_uint8(array: np.ndarray, what: str) -> np.ndarray:
+    """uint8 as it is; floats in [0, 1] rounded to 0-255 (the restoration models' official pipelines read 8-bit
+    images); anything else refused by name."""
+    if array.dtype == np.uint8:
+        return array
+    if np.issubdtype(array.dtype, np.floating):
+        values = array.astype(np.float64)
+        if values.size and not (values.min() >= 0.0 and values.max() <= 1.0):
+            raise ValueError(
+                f"{what}: float images must hold values in [0, 1] (or pass uint8 0-255), got [{values.min()}, "
+                f"{values.max()}]"
+            )
+        return np.round(values * 255.0).astype(np.uint8)
+    raise ValueError(f"{what}: expected uint8 (0-255) or float ([0, 1]) images, got dtype {array.dtype}")
+
+
+def prepare_rgb8(images: Any, what: str, to_rgb: bool, data_format: Any, model: str) -> list[np.ndarray]:
+    """(3, H, W) uint8 arrays of ``images`` (PIL images, arrays, tensors; floats in [0, 1] rounded), or a ValueError
+    naming the ``what`` at fault: a 16-bit or float PIL image (RGB conversion would clip it), an image that is not
+    RGB after the conversion ``to_rgb`` asks for (``model`` names who takes RGB only)."""
+    data_format = getattr(data_format, "value", data_format)
+    for index, image in enumerate(images if isinstance(images, (list, tuple)) else [images]):
+        if isinstance(image, PIL.Image.Image) and image.mode in HIGH_DEPTH_MODES:
+            raise ValueError(
+                f"{what} {index} is a PIL image of mode {image.mode!r} (16-bit or float), which RGB conversion "
+                "would clip: convert it to 8-bit RGB, or pass a float array with values in [0, 1]"
+            )
+    try:
+        arrays = prepare_images(images, to_rgb=bool(to_rgb), data_format=data_format)
+    except ValueError as err:
+        raise ValueError(f"{what}s: {err}") from None
+    for index, array in enumerate(arrays):
+        if array.shape[0] != 3:
+            raise ValueError(
+                f"{what} {index} has {array.shape[0]} channels; {model} takes RGB images (do_convert_rgb=True "
+                "converts grayscale, palette and RGBA images)"
+            )
+    return [as_uint8(array, f"{what} {index}") for index, array in enumerate(arrays)]

@@ -15,8 +15,7 @@ from transformers.image_processing_utils import BatchFeature
 from transformers.processing_utils import ImagesKwargs
 
 from ...data.degradations import RestorationTask, as_generator, degrade, parse_task
-from ...processing import prepare_images
-from ..ttsr.image_processing_ttsr import HIGH_DEPTH_MODES, _as_uint8
+from ...processing import prepare_rgb8
 
 SETTINGS = ("rgb_range", "do_convert_rgb")
 # Keys that saved processor configs carry and that hold no setting.
@@ -206,23 +205,7 @@ class IPTImageProcessor(PilBackend):
     @staticmethod
     def _coerce(images: Any, what: str, to_rgb: bool, data_format: Any) -> list[np.ndarray]:
         """(3, H, W) uint8 arrays, or a ValueError naming the problem."""
-        for index, image in enumerate(images if isinstance(images, (list, tuple)) else [images]):
-            if isinstance(image, PIL.Image.Image) and image.mode in HIGH_DEPTH_MODES:
-                raise ValueError(
-                    f"{what} {index} is a PIL image of mode {image.mode!r} (16-bit or float), which RGB conversion "
-                    "would clip: convert it to 8-bit RGB, or pass a float array with values in [0, 1]"
-                )
-        try:
-            arrays = prepare_images(images, to_rgb=to_rgb, data_format=data_format)
-        except ValueError as err:
-            raise ValueError(f"{what}s: {err}") from None
-        for index, array in enumerate(arrays):
-            if array.shape[0] != 3:
-                raise ValueError(
-                    f"{what} {index} has {array.shape[0]} channels; IPT takes RGB images (do_convert_rgb=True "
-                    "converts grayscale, palette and RGBA images)"
-                )
-        return [_as_uint8(array, f"{what} {index}") for index, array in enumerate(arrays)]
+        return prepare_rgb8(images, what, to_rgb, data_format, "IPT")
 
     # ------------------------------------------------------------------------------------------------------------
     # postprocessing

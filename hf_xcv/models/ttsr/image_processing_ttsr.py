@@ -13,13 +13,12 @@ from transformers.image_processing_backends import PilBackend
 from transformers.image_processing_utils import BatchFeature
 from transformers.processing_utils import ImagesKwargs
 
-from ...processing import prepare_images
+from ...processing import prepare_rgb8
 
 SCALE = 4
 MIN_LR_SIDE = 3  # one 3x3 patch of the relevance embedding
 DIVISIBILITY_MODES = ("crop", "pad")
 SETTINGS = ("size_divisibility_mode", "reference_size", "do_convert_rgb")
-HIGH_DEPTH_MODES = ("I", "I;16", "I;16B", "I;16L", "I;16N", "F")  # PIL modes that convert("RGB") clips to 8 bits
 # Keys that saved processor configs carry and that hold no setting.
 _IGNORED_KEYS = ("image_processor_type", "processor_class", "auto_map")
 
@@ -51,22 +50,6 @@ def _fit_to_multiple(array: np.ndarray, mode: str) -> np.ndarray:
     if mode == "crop":
         return array[:, : height - height % SCALE, : width - width % SCALE]
     return np.pad(array, ((0, 0), (0, -height % SCALE), (0, -width % SCALE)), mode="edge")
-
-
-def _as_uint8(array: np.ndarray, what: str) -> np.ndarray:
-    """uint8 as it is; floats in [0, 1] rounded to 0-255 (the original pipeline reads 8-bit images); anything else
-    refused by name."""
-    if array.dtype == np.uint8:
-        return array
-    if np.issubdtype(array.dtype, np.floating):
-        values = array.astype(np.float64)
-        if values.size and not (values.min() >= 0.0 and values.max() <= 1.0):
-            raise ValueError(
-                f"{what}: float images must hold values in [0, 1] (or pass uint8 0-255), got [{values.min()}, "
-                f"{values.max()}]"
-            )
-        return np.round(values * 255.0).astype(np.uint8)
-    raise ValueError(f"{what}: expected uint8 (0-255) or float ([0, 1]) images, got dtype {array.dtype}")
 
 
 class TTSRImageProcessor(PilBackend):
@@ -214,24 +197,7 @@ class TTSRImageProcessor(PilBackend):
     @staticmethod
     def _coerce(images: Any, what: str, to_rgb: bool, data_format: Any) -> list[np.ndarray]:
         """(3, H, W) uint8 arrays, or a ValueError naming the problem."""
-        data_format = getattr(data_format, "value", data_format)
-        for index, image in enumerate(images if isinstance(images, (list, tuple)) else [images]):
-            if isinstance(image, PIL.Image.Image) and image.mode in HIGH_DEPTH_MODES:
-                raise ValueError(
-                    f"{what} {index} is a PIL image of mode {image.mode!r} (16-bit or float), which RGB conversion "
-                    "would clip: convert it to 8-bit RGB, or pass a float array with values in [0, 1]"
-                )
-        try:
-            arrays = prepare_images(images, to_rgb=bool(to_rgb), data_format=data_format)
-        except ValueError as err:
-            raise ValueError(f"{what}s: {err}") from None
-        for index, array in enumerate(arrays):
-            if array.shape[0] != 3:
-                raise ValueError(
-                    f"{what} {index} has {array.shape[0]} channels; TTSR takes RGB images (do_convert_rgb=True "
-                    "converts grayscale, palette and RGBA images)"
-                )
-        return [_as_uint8(array, f"{what} {index}") for index, array in enumerate(arrays)]
+        return prepare_rgb8(images, what, to_rgb, data_format, "TTSR")
 
     @staticmethod
     def _check_sizes(images: list[np.ndarray], references: list[np.ndarray], reference_size: Any) -> None:
