@@ -10,16 +10,14 @@ from typing import Any
 import numpy as np
 import PIL.Image
 import torch
-from transformers.image_processing_backends import PilBackend
 from transformers.image_processing_utils import BatchFeature
 from transformers.processing_utils import ImagesKwargs
 
 from ...data.degradations import RestorationTask, as_generator, degrade, parse_task
 from ...processing import prepare_rgb8
+from ...processing.fixed import FixedPipelineProcessor
 
 SETTINGS = ("rgb_range", "do_convert_rgb")
-# Keys that saved processor configs carry and that hold no setting.
-_IGNORED_KEYS = ("image_processor_type", "processor_class", "auto_map")
 
 
 class IPTImageProcessorKwargs(ImagesKwargs, total=False):
@@ -51,7 +49,7 @@ def _check_one_size(arrays: list[np.ndarray], what: str, hint: str = "") -> None
         raise ValueError(f"the {what} of one batch have different sizes ({named}): process them one by one{hint}")
 
 
-class IPTImageProcessor(PilBackend):
+class IPTImageProcessor(FixedPipelineProcessor):
     """Makes IPT's inputs as the official code does (``data/common.py``: RGB, values 0-255 times
     ``rgb_range / 255``), in one of three ways:
 
@@ -77,25 +75,13 @@ class IPTImageProcessor(PilBackend):
     """
 
     valid_kwargs = IPTImageProcessorKwargs
+    SETTINGS = SETTINGS
     model_input_names = ["pixel_values"]
     rgb_range = 255
     do_convert_rgb = True
-    do_resize = False
-    do_rescale = False
-    do_normalize = False
 
-    def __init__(self, **kwargs: Any) -> None:
-        kwargs = {key: value for key, value in kwargs.items() if key not in _IGNORED_KEYS}
-        unknown = sorted(set(kwargs) - set(SETTINGS))
-        if unknown:
-            raise ValueError(f"unknown setting(s) {unknown}; IPTImageProcessor takes {list(SETTINGS)}")
-        super().__init__(**kwargs)
+    def check_settings(self) -> None:
         _check_rgb_range(self.rgb_range)
-
-    def to_dict(self) -> dict[str, Any]:
-        """Its own settings only (transformers' resize / rescale / normalise settings do not apply)."""
-        saved = super().to_dict()
-        return {key: saved[key] for key in (*SETTINGS, "image_processor_type") if key in saved}
 
     # ------------------------------------------------------------------------------------------------------------
     # preprocessing

@@ -9,18 +9,16 @@ from typing import Any
 import numpy as np
 import PIL.Image
 import torch
-from transformers.image_processing_backends import PilBackend
 from transformers.image_processing_utils import BatchFeature
 from transformers.processing_utils import ImagesKwargs
 
 from ...processing import prepare_rgb8
+from ...processing.fixed import FixedPipelineProcessor
 
 SCALE = 4
 MIN_LR_SIDE = 3  # one 3x3 patch of the relevance embedding
 DIVISIBILITY_MODES = ("crop", "pad")
 SETTINGS = ("size_divisibility_mode", "reference_size", "do_convert_rgb")
-# Keys that saved processor configs carry and that hold no setting.
-_IGNORED_KEYS = ("image_processor_type", "processor_class", "auto_map")
 
 
 class TTSRImageProcessorKwargs(ImagesKwargs, total=False):
@@ -52,7 +50,7 @@ def _fit_to_multiple(array: np.ndarray, mode: str) -> np.ndarray:
     return np.pad(array, ((0, 0), (0, -height % SCALE), (0, -width % SCALE)), mode="edge")
 
 
-class TTSRImageProcessor(PilBackend):
+class TTSRImageProcessor(FixedPipelineProcessor):
     """Makes TTSR's four inputs, in [-1, 1], from a low-resolution image (or a high-resolution one to degrade) and a
     reference, with PIL's bicubic filter as the original data pipeline (``dataset/cufed.py``):
 
@@ -80,6 +78,7 @@ class TTSRImageProcessor(PilBackend):
     """
 
     valid_kwargs = TTSRImageProcessorKwargs
+    SETTINGS = SETTINGS
     model_input_names = [
         "pixel_values",
         "upsampled_pixel_values",
@@ -89,23 +88,9 @@ class TTSRImageProcessor(PilBackend):
     size_divisibility_mode = "crop"
     reference_size = None
     do_convert_rgb = True
-    do_resize = False
-    do_rescale = False
-    do_normalize = False
 
-    def __init__(self, **kwargs: Any) -> None:
-        kwargs = {key: value for key, value in kwargs.items() if key not in _IGNORED_KEYS}
-        unknown = sorted(set(kwargs) - set(SETTINGS))
-        if unknown:
-            raise ValueError(f"unknown setting(s) {unknown}; TTSRImageProcessor takes {list(SETTINGS)}")
-        super().__init__(**kwargs)
+    def check_settings(self) -> None:
         self._check_settings(self.size_divisibility_mode, self.reference_size)
-
-    def to_dict(self) -> dict[str, Any]:
-        """Its own settings only (the resize / rescale / normalise settings of transformers' processors do not
-        apply: the pipeline is fixed, as the original's)."""
-        saved = super().to_dict()
-        return {key: saved[key] for key in (*SETTINGS, "image_processor_type") if key in saved}
 
     @staticmethod
     def _check_settings(mode: Any, reference_size: Any) -> None:
