@@ -113,9 +113,25 @@ def test_half_precision_is_computed_in_float32():
         (lambda: supervised_contrastive_loss(torch.randn(2, 3, 4), torch.tensor([0, 1, 2])), r"a \(2,\) tensor"),
         (lambda: supervised_contrastive_loss(torch.randn(2, 3, 4), temperature=0), "temperature=0 must be a positive"),
         (lambda: supervised_contrastive_loss(torch.randn(2, 3, 4), base_temperature=-1), "base_temperature=-1"),
-        (lambda: supervised_contrastive_loss(torch.randn(3, 1, 4)), "no patch has a positive"),
+        (lambda: supervised_contrastive_loss(torch.randn(3, 1, 4)), "one patch per image has no positive"),
     ],
 )
 def test_bad_inputs_are_refused_by_name(call, message):
     with pytest.raises(ValueError, match=message):
         call()
+
+
+def test_no_positive_with_labels_gives_zero_and_the_loss_exports():
+    """Nothing branches on values: with labels that leave every anchor without a positive the loss is 0, and the
+    loss traces with torch.export (dynamic values, fixed shapes) to the eager result."""
+    lonely = supervised_contrastive_loss(torch.randn(3, 1, 4), torch.tensor([0, 1, 2]))
+    assert lonely.item() == 0.0
+
+    class Loss(torch.nn.Module):
+        def forward(self, features: torch.Tensor) -> torch.Tensor:
+            return supervised_contrastive_loss(features)
+
+    features = torch.randn(2, 5, 8)
+    program = torch.export.export(Loss(), (features,))
+    other = torch.randn(2, 5, 8)
+    torch.testing.assert_close(program.module()(other), supervised_contrastive_loss(other))

@@ -93,8 +93,8 @@ def test_the_released_layouts_convert_to_the_paper_presets(scales, file_name, pr
         assert getattr(ours, field) == getattr(paper, field), field
     assert sorted(dropped) == sorted(["sub_mean.weight", "sub_mean.bias", "add_mean.weight", "add_mean.bias",
                                       "body.position_encoding.position_ids"])  # fmt: skip
-    # 36 fused projections become three each; the 24 MeanShift numbers are built in
-    assert len(converted) == keys - len(dropped) + 2 * 36
+    # 36 fused projections become three each, the query table one map per task; the 24 MeanShift numbers are built in
+    assert len(converted) == keys - len(dropped) + 2 * 36 + len(scales) - 1
     assert sum(t.numel() for t in converted.values()) == parameters - 24
     with torch.device("meta"):
         model = hf_xcv.IPTForImageRestoration(ours)
@@ -105,7 +105,8 @@ def test_names_map_one_to_one_and_keep_the_tensors():
     official = official_state_dict(PRETRAIN)
     config = mapping.convert_config(official, num_attention_heads=HEADS)
     converted, dropped = mapping.convert_state_dict(official, config)
-    assert len(converted) + len(dropped) == len(official) + 2 * 2 * 3  # 2 layers x 3 attentions, fused -> 3 each
+    # 2 layers x 3 attentions, fused -> 3 each; the query table -> one map per task
+    assert len(converted) + len(dropped) == len(official) + 2 * 2 * 3 + len(config["tasks"]) - 1
     same = {
         "head.0.0.weight": "ipt.heads.sr_x2.conv.weight",
         "head.3.1.body.0.bias": "ipt.heads.denoise_30.blocks.0.conv1.bias",
@@ -117,7 +118,6 @@ def test_names_map_one_to_one_and_keep_the_tensors():
         "body.linear_encoding.bias": "ipt.body.linear_encoding.bias",
         "body.mlp_head.0.weight": "ipt.body.mlp_head.fc1.weight",
         "body.mlp_head.3.bias": "ipt.body.mlp_head.fc2.bias",
-        "body.query_embed.weight": "ipt.body.query_embeddings.weight",
         "body.position_encoding.pe.weight": "ipt.body.position_embeddings.weight",
         "body.encoder.layers.1.self_attn.out_proj.weight": "ipt.body.encoder.1.self_attn.o_proj.weight",
         "body.encoder.layers.0.linear1.bias": "ipt.body.encoder.0.mlp.fc1.bias",
@@ -513,3 +513,10 @@ def test_a_conversion_that_fails_verification_is_deleted(tmp_path, monkeypatch, 
     monkeypatch.undo()
     entry.main([*args, "--verify"])
     assert (out / "model.safetensors").exists()
+
+
+def test_float_position_ids_are_refused_by_name(tmp_path):
+    official = official_state_dict(PRETRAIN)
+    official[mapping.POSITION_IDS] = official[mapping.POSITION_IDS].float()
+    with pytest.raises(ValueError, match="position_ids holds torch.float32 values"):
+        mapping.check_position_ids(official)

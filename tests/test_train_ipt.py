@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from functools import partial
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -105,7 +106,8 @@ def test_training_lowers_the_loss_and_draws_one_task_per_batch():
     photo = np.moveaxis(load_photo("astronaut"), -1, 0)
     batch = {"images": [photo[:, 100:148, 100:148], photo[:, 300:348, 200:248]], "names": ["a", "b"]}
     scales = {"sr_x2": 2, "denoise_30": 1}
-    loss_of = restoration_tasks.training_objective(model, processor, scales, 12, True, torch.device("cpu"))
+    state = SimpleNamespace(epoch=0, batches_in_epoch=0)  # the runner's TrainerState: the task follows the step
+    loss_of = restoration_tasks.training_objective(model, processor, scales, 12, True, torch.device("cpu"), state, 0)
     seen = []
     original = model.forward
 
@@ -119,6 +121,7 @@ def test_training_lowers_the_loss_and_draws_one_task_per_batch():
     losses = []
     for step in range(30):
         torch.manual_seed(step % 2)  # the same two draws again and again: the loss on them must fall
+        state.batches_in_epoch = step % 2
         loss = loss_of(batch)
         optimizer.zero_grad()
         loss.backward()
@@ -160,3 +163,38 @@ def test_ttsr_refuses_ipt_options(module_env, tmp_path):  # noqa: F811
                           (["--contrastive_loss_weight", "0.1"], "--contrastive_loss_weight is IPT's")):  # fmt: skip
         result = run(["--output_dir", str(tmp_path / "run"), "--preset", "ttsr-test-tiny", *args], module_env)
         assert result.returncode != 0 and message in result.stderr, result.stderr[-2000:]
+
+
+def test_every_process_draws_the_same_task_for_a_step():
+    """The task follows the run's seed and the step, not the process's RNG (which differs per rank): the batches of
+    one step across a distributed run are all one task, as the paper's."""
+    import hf_xcv
+    from hf_xcv.cli import restoration_tasks
+
+    model = hf_xcv.IPTForImageRestoration(hf_xcv.preset_config("ipt-test-tiny", tasks=["sr_x2", "denoise_30"]))
+    seen: dict[int, set] = {}
+    state = SimpleNamespace(epoch=0, batches_in_epoch=0)
+    photo = np.zeros((3, 24, 24), np.uint8)
+    loss_of = restoration_tasks.training_objective(
+        model, hf_xcv.IPTImageProcessor(), {"sr_x2": 2, "denoise_30": 1}, 12, False, torch.device("cpu"), state, 0
+    )
+
+    def record(**kwargs):
+        seen.setdefault(state.batches_in_epoch, set()).add(kwargs["task"])
+        return SimpleNamespace(loss=torch.zeros(()))
+
+    model.forward = record
+    for step in range(8):
+        for rank in range(2):  # each rank's RNG is seeded differently by the runner
+            torch.manual_seed(1000 * rank + step)
+            state.batches_in_epoch = step
+            loss_of({"images": [photo], "names": ["x"]})
+    assert all(len(tasks) == 1 for tasks in seen.values())  # one task per step on every rank
+    assert set.union(*seen.values()) == {"sr_x2", "denoise_30"}  # and both tasks over the steps
+
+
+def test_user_named_tasks_are_refused_before_the_folder_is_claimed(module_env, tmp_path):  # noqa: F811
+    args = ["--config_overrides", '{"tasks": ["deblur"]}', "--preset", "ipt-test-tiny", "--max_train_steps", "1"]
+    result = run(["--output_dir", str(tmp_path / "run"), *args], module_env)
+    assert result.returncode != 0 and "['deblur'] have no built-in degradation" in result.stderr, result.stderr[-2000:]
+    assert not (tmp_path / "run").exists()

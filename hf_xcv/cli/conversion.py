@@ -58,9 +58,10 @@ def run(
     if args.verify:
         try:
             delta = verify(args.input, args.output, args.tolerance, args.revision)
-        except ValueError as err:
+        except Exception as err:  # a failed comparison, or a crash of the reference on a broken file: nothing kept
             shutil.rmtree(args.output, ignore_errors=True)
-            raise SystemExit(f"{err}; removed {args.output}") from err
+            reason = err if isinstance(err, ValueError) else f"verification failed: {type(err).__name__}: {err}"
+            raise SystemExit(f"{reason}; removed {args.output}") from err
         print(f"verified: max |delta| = {delta:.3e}")
 
 

@@ -38,6 +38,24 @@ def crop_scale(scales: dict[str, int]) -> int:
     return math.lcm(*scales.values())
 
 
+def held_out_scale(config: Any) -> int:
+    """What the built-in photos' held-out views are cut to multiples of: every task of the model (whichever a run
+    trains), so that a pre-trained model and one fine-tuned from it are scored on the same images."""
+    return crop_scale({task.name: task.scale for task in config.restoration_tasks})
+
+
+def check_trainable(scales: dict[str, int], config: Any) -> None:
+    """The trained tasks have built-in degradations (the script degrades clean images); ValueError naming the
+    others."""
+    custom = [task.name for task in config.restoration_tasks if task.name in scales and task.kind == "custom"]
+    if custom:
+        raise ValueError(
+            f"tasks {custom} have no built-in degradation (sr_x<N>, denoise_<sigma>, derain do): this script degrades "
+            "clean images, so train them with your own pairs (IPTImageProcessor(images=degraded, labels=clean) and "
+            "Trainer), or leave them out with --tasks"
+        )
+
+
 def check_held_out(data: Any, splits: tuple[str, ...], config: Any, scales: dict[str, int]) -> None:
     """Every held-out image holds a whole tile's worth of input for every task (refused by name before anything
     trains: a failure at the final evaluation would lose the run)."""
@@ -87,14 +105,25 @@ def random_view(image: np.ndarray, side: int, augment: bool) -> np.ndarray:
 
 
 def training_objective(
-    model: torch.nn.Module, processor: Any, scales: dict[str, int], image_size: int, augment: bool, device: Any
+    model: torch.nn.Module,
+    processor: Any,
+    scales: dict[str, int],
+    image_size: int,
+    augment: bool,
+    device: Any,
+    state: Any,
+    seed: int,
 ) -> Callable[[dict[str, Any]], torch.Tensor]:
     """batch of clean crops -> the loss of one task drawn at random for the whole batch: a tile-sized input (its
-    clean image a random ``image_size x scale`` view of each crop) degraded for that task."""
+    clean image a random ``image_size x scale`` view of each crop) degraded for that task. The task is drawn from
+    the run's ``seed`` and the step's position in ``state`` (the runner's TrainerState), the same on every process
+    of a distributed run: each step trains one task, as the paper's batches; crops and noise come from the process's
+    own seeded RNG."""
     tasks = list(scales)
 
     def loss_of(batch: dict[str, Any]) -> torch.Tensor:
-        task = tasks[int(torch.randint(len(tasks), ()))]
+        step = torch.Generator().manual_seed(hash((seed, state.epoch, state.batches_in_epoch)) % 2**63)
+        task = tasks[int(torch.randint(len(tasks), (), generator=step))]
         views = [random_view(image, image_size * scales[task], augment) for image in batch["images"]]
         generator = torch.Generator().manual_seed(int(torch.randint(0, 2**31 - 1, ())))
         inputs = processor(clean_images=views, task=task, generator=generator, return_tensors="pt")

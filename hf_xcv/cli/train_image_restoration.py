@@ -161,6 +161,9 @@ class TrainArguments(runner.RunArguments):
     )
 
 
+# TTSR's own options (its texture extractor's rate, its losses), meaningless for IPT.
+TTSR_OPTIONS = ("lr_texture_extractor", "losses", "num_init_epochs", "perceptual_weight", "transferal_weight",
+                "adversarial_weight", "gan_k", "lr_discriminator")  # fmt: skip
 # Each family's recipe for the options left unset: (TTSR, IPT).
 RECIPES = {
     "learning_rate": (1e-4, 5e-5),
@@ -244,7 +247,7 @@ def check_args(model_args: ModelArguments, args: TrainArguments) -> Any:
     if model_args.tasks and not has_tasks(config):
         raise ValueError(f"--tasks is for models of named tasks (IPT), not {config.model_type}")
     if has_tasks(config):
-        trained_tasks(model_args, config)  # a task the model lacks is refused now
+        tasks_mode.check_trainable(trained_tasks(model_args, config), config)  # unknown or user-named: refused now
         if args.losses != "rec" or model_args.vgg19_weights:
             raise ValueError("--losses all and --vgg19_weights are TTSR's recipe; IPT trains with L1 (+ contrastive)")
     elif args.contrastive_loss_weight is not None:
@@ -265,7 +268,7 @@ def load_data(args: DataArguments, seed: int, config: Any, scales: dict[str, int
         )
     else:
         args.crop_size = crop
-    crop_scale = SCALE if scales is None else tasks_mode.crop_scale(scales)
+    crop_scale = SCALE if scales is None else tasks_mode.held_out_scale(config)
     if args.dataset == "photos":
         data = load_photos_dataset(crop_size=args.crop_size, coverage=args.coverage, seed=seed, scale=crop_scale)
     else:
@@ -501,16 +504,18 @@ def model_card(model, results, args: TrainArguments, model_args, data_args: Data
     if has_tasks(model.config):
         tasks = list(trained_tasks(model_args, model.config))
         family = {"family": "IPT", "paper": "Chen et al. 2021", "tasks": tasks, "scores": results[split]}
+        left_out = TTSR_OPTIONS
         metrics = {f"{metric}_{task}": results[split][f"{metric}_{task}"] for task in tasks for metric in ("psnr",
                    "ssim")}  # fmt: skip
     else:
         family = {"family": "TTSR", "paper": "Yang et al. 2020", "scale": SCALE, "baseline": results[split]}
         metrics = {k: results[split][k] for k in ("psnr", "ssim")}  # the model's; bicubic's go in the text
+        left_out = ("contrastive_loss_weight",)
     return runner.run_model_card(
         TEMPLATE, model, args, results, argv, task="image-restoration", split=split, metrics=metrics,
         dataset=data_args.dataset, built_in=("photos", "scikit-image-photos"),
         base_model=model_args.model_name_or_path, task_type="image-to-image", pipeline_tag="image-to-image",
-        template_vars=family,
+        template_vars=family, left_out=left_out,
     )  # fmt: skip
 
 
@@ -585,6 +590,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     model_args, data_args, args = parse_args(argv)
     config = check_args(model_args, args)  # these before the run folder is claimed: a bad option or data leaves nothing
     apply_recipe(args, config)
+    if has_tasks(config) and args.contrastive_loss_weight is None:  # the card records what the run used
+        args.contrastive_loss_weight = config.contrastive_loss_weight
     scales = trained_tasks(model_args, config) if has_tasks(config) else None
     data = load_data(data_args, args.seed, config, scales)
     processor = build_processor(model_args, config)
@@ -631,7 +638,9 @@ def training_objective(accelerator, model, criterion, state, processor, config, 
     """batch -> loss: IPT's one task per batch, TTSR's reconstruction loss or its full objective (augmented)."""
     if scales is not None:
         device = accelerator.device
-        return tasks_mode.training_objective(model, processor, scales, config.image_size, data_args.augment, device)
+        return tasks_mode.training_objective(
+            model, processor, scales, config.image_size, data_args.augment, device, state, args.seed
+        )
     if criterion is None:
         objective = reconstruction_only(model)
     else:

@@ -8,8 +8,8 @@ the paper's size). What they hold, and where it goes:
   ``ipt.heads.<task>.blocks.{b-1}.conv{1,2}``;
 * ``tail.{i}.0.{2j}`` (the Upsampler's convolutions) and ``tail.{i}.1``: task i's tail, as
   ``tails.<task>.upsample.{j}`` and ``tails.<task>.conv``;
-* ``body.linear_encoding``, ``body.mlp_head.{0,3}`` (-> ``fc1``, ``fc2``), ``body.query_embed`` (->
-  ``query_embeddings``, one row per task), ``body.position_encoding.pe`` (-> ``position_embeddings``);
+* ``body.linear_encoding``, ``body.mlp_head.{0,3}`` (-> ``fc1``, ``fc2``), ``body.position_encoding.pe`` (->
+  ``position_embeddings``), ``body.query_embed`` (-> ``query_embeddings.<task>``: a row per task as an (N, C) map);
 * ``body.{encoder,decoder}.layers.N``: ``self_attn`` / ``multihead_attn`` (-> ``encoder_attn``) with their fused
   ``in_proj_weight`` (3C, C) split into ``q_proj`` / ``k_proj`` / ``v_proj`` thirds and ``out_proj`` -> ``o_proj``;
   ``linear1`` / ``linear2`` -> ``mlp.fc1`` / ``mlp.fc2``; the numbered norms named (encoder ``norm1``, ``norm2`` ->
@@ -85,10 +85,10 @@ _LAYER = r"body\.(encoder|decoder)\.layers\.(\d+)\."
 # Applied after detr's _split_in_proj (q/k/v thirds, ``multihead_attn`` -> ``encoder_attn``); the per-task rules
 # come from :func:`task_rules`.
 BODY_RULES: list[Rule] = [
+    (r"ipt\.body\.query_embeddings\.[a-z][a-z0-9_]*", r"\g<0>"),  # split per task by split_queries
     (r"body\.linear_encoding\." + _WB, r"ipt.body.linear_encoding.\1"),
     (r"body\.mlp_head\.0\." + _WB, r"ipt.body.mlp_head.fc1.\1"),
     (r"body\.mlp_head\.3\." + _WB, r"ipt.body.mlp_head.fc2.\1"),
-    (re.escape(QUERIES), "ipt.body.query_embeddings.weight"),
     (re.escape(POSITIONS), "ipt.body.position_embeddings.weight"),
     (_LAYER + r"(self_attn|encoder_attn)\.(q|k|v)_proj\.weight", r"ipt.body.\1.\2.\3.\4_proj.weight"),
     (_LAYER + r"(self_attn|encoder_attn)\.out_proj\." + _WB, r"ipt.body.\1.\2.\3.o_proj.\4"),
@@ -186,6 +186,8 @@ def check_position_ids(state_dict: dict[str, torch.Tensor]) -> None:
     if POSITION_IDS not in state_dict:
         return
     ids, rows = state_dict[POSITION_IDS], _shape(state_dict, POSITIONS)[0]
+    if ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool:
+        raise ValueError(f"{POSITION_IDS} holds {ids.dtype} values: an index buffer holds integers (a corrupt file?)")
     if tuple(ids.shape) != (1, rows) or not torch.equal(ids.long().flatten(), torch.arange(rows)):
         raise ValueError(
             f"{POSITION_IDS} {list(ids.shape)} is not [[0 .. {rows - 1}]]: the positions would be read in another "
@@ -375,7 +377,21 @@ def convert_state_dict(
     check_position_ids(state_dict)
     scales = [task.scale for task in IPTConfig.from_dict(config).restoration_tasks]
     rules = task_rules(config["tasks"], scales, config.get("num_head_blocks", 2)) + BODY_RULES
-    return rename_keys(_split_in_proj(state_dict), rules, DROP)
+    converted, dropped = rename_keys(_split_in_proj(split_queries(state_dict, config)), rules, DROP)
+    return converted, dropped
+
+
+def split_queries(state_dict: dict[str, torch.Tensor], config: dict[str, Any]) -> dict[str, torch.Tensor]:
+    """The official query table (one row per task, in the tails' order) as one (N, C) query map per task name
+    (``ipt.body.query_embeddings.<task>``): hf_xcv keys the queries by name, as the heads and tails."""
+    if QUERIES not in state_dict:
+        return state_dict
+    rows = state_dict[QUERIES]
+    side = config["image_size"] // config["patch_size"]
+    out = {key: value for key, value in state_dict.items() if key != QUERIES}
+    for index, task in enumerate(config["tasks"]):
+        out[f"ipt.body.query_embeddings.{task}"] = rows[index].reshape(side * side, -1)
+    return out
 
 
 def check_exact_keys(config: dict[str, Any], state_dict: dict[str, torch.Tensor], source: str) -> None:

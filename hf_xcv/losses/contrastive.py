@@ -22,7 +22,8 @@ def supervised_contrastive_loss(
         loss = -(τ / τ_base) · 1/|I| · Σ_{i ∈ I} 1/|P(i)| · Σ_{p ∈ P(i)} log softmax_i(p),
         softmax_i(p) = exp(z_i·z_p / τ) / Σ_{a ∈ A(i)} exp(z_i·z_a / τ)
 
-    where I holds the anchors with at least one positive (all of them whenever N >= 2). This is the loss of the
+    where I holds the anchors with at least one positive (all of them whenever N >= 2; with labels and no positive at
+    all, the loss is 0). This is the loss of the
     official MindSpore IPT (``research/cv/IPT/src/loss.py``, ``SupConLoss``: temperature = base temperature =
     0.07, ``contrast_mode="all"``, positives by image; training adds ``0.1 *`` it to the L1 loss), which is Khosla et
     al.'s ``SupConLoss`` with the N patches as the N views. Two differences, both where the original is undefined
@@ -42,8 +43,9 @@ def supervised_contrastive_loss(
         The scalar loss (float32, or float64 for float64 features).
 
     Raises:
-        ValueError: features not (B, N, D) floating point, fewer than 2 patches in all, labels not (B,), a
-            temperature that is not positive, or no anchor with a positive.
+        ValueError: features not (B, N, D) floating point, fewer than 2 patches in all, one patch per image without
+            labels, labels not (B,), or a temperature that is not positive. Nothing depends on the values: the
+            loss traces for ``torch.export`` and ``torch.compile``.
     """
     if not isinstance(features, torch.Tensor) or features.dim() != 3 or not features.is_floating_point():
         shape = tuple(features.shape) if isinstance(features, torch.Tensor) else type(features).__name__
@@ -55,6 +57,11 @@ def supervised_contrastive_loss(
         if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0:
             raise ValueError(f"{name}={value!r} must be a positive number")
     if labels is None:
+        if patches < 2:
+            raise ValueError(
+                f"features {tuple(features.shape)}: one patch per image has no positive (another patch of its "
+                "image): give each image 2 or more patches, or labels"
+            )
         labels = torch.arange(batch, device=features.device)
     elif not isinstance(labels, torch.Tensor) or tuple(labels.shape) != (batch,):
         shape = tuple(labels.shape) if isinstance(labels, torch.Tensor) else type(labels).__name__
@@ -69,7 +76,6 @@ def supervised_contrastive_loss(
     log_prob = logits - torch.logsumexp(logits, dim=1, keepdim=True)
     positives = (patch_labels[:, None] == patch_labels[None, :]) & ~self_mask
     counts = positives.sum(dim=1)
-    if not counts.any():
-        raise ValueError("no patch has a positive (another patch of its label): give each image 2 or more patches")
     mean_log_prob = torch.where(positives, log_prob, 0.0).sum(dim=1) / counts.clamp(min=1)
-    return -(temperature / base_temperature) * mean_log_prob[counts > 0].mean()
+    anchors = (counts > 0).to(mean_log_prob.dtype)  # a mask, not an index: no branch on values (export, compile)
+    return -(temperature / base_temperature) * (mean_log_prob * anchors).sum() / anchors.sum().clamp(min=1)

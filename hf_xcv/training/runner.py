@@ -350,9 +350,10 @@ def train_loop(
     return state, False
 
 
-def card_hyperparameters(args: RunArguments, world_size: int) -> dict[str, Any]:
-    """The training arguments worth a line of the model card."""
-    hyper = {k: v for k, v in asdict(args).items() if k not in ("output_dir", "hub_model_id", "push_to_hub")}
+def card_hyperparameters(args: RunArguments, world_size: int, left_out: Sequence[str] = ()) -> dict[str, Any]:
+    """The training arguments worth a line of the model card (``left_out``: those that do not apply to the run)."""
+    skipped = ("output_dir", "hub_model_id", "push_to_hub", *left_out)
+    hyper = {k: v for k, v in asdict(args).items() if k not in skipped}
     hyper["world_size"] = world_size
     return hyper
 
@@ -370,6 +371,7 @@ def run_model_card(
     dataset: str,
     built_in: tuple[str, str] | None = None,
     base_model: str | None = None,
+    left_out: Sequence[str] = (),
     **card_kwargs: Any,
 ) -> ModelCard:
     """The model card of a finished run of ``hf-xcv-train <task>``: ``metrics`` measured on ``split`` as its
@@ -388,7 +390,7 @@ def run_model_card(
     return build_model_card(
         template, model, repo_id=args.hub_model_id or Path(args.output_dir).name, dataset_id=dataset_id,
         results=[MeasuredResult(metric, value, split) for metric, value in metrics.items()],
-        hyperparameters=card_hyperparameters(args, results["world_size"]),
+        hyperparameters=card_hyperparameters(args, results["world_size"], left_out),
         command=script_command(f"hf-xcv-train {task}", argv), base_model=base_model,
         dataset_on_hub=not own and hub_id(dataset) is not None, **card_kwargs,
     )  # fmt: skip

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import math
 from typing import Any
 
 from ...configuration_utils import (
@@ -196,7 +197,10 @@ class IPTConfig(XcvConfig):
         check_positive_float("layer_norm_eps", self.layer_norm_eps)
         check_positive_float("rgb_range", self.rgb_range)
         mean = self.image_mean
-        if not isinstance(mean, (list, tuple)) or len(mean) != 3 or not all(isinstance(m, (int, float)) for m in mean):
+        numbers = isinstance(mean, (list, tuple)) and all(
+            isinstance(m, (int, float)) and math.isfinite(m) for m in mean
+        )
+        if not numbers or len(mean) != 3:
             raise ValueError(f"image_mean must be three numbers (RGB, as fractions of rgb_range), got {mean!r}")
         weight = self.contrastive_loss_weight
         if isinstance(weight, bool) or not isinstance(weight, (int, float)) or weight < 0:

@@ -244,20 +244,23 @@ class IPTBody(nn.Module):
         hidden, patches = config.hidden_size, config.num_patches
         self.linear_encoding = nn.Linear(hidden, hidden)
         self.position_embeddings = nn.Embedding(patches, hidden)
-        self.query_embeddings = nn.Embedding(len(config.tasks), patches * hidden)  # a learned query map per task
+        # a learned query map per task, by name as the heads and tails (a checkpoint's tasks load by name, any order)
+        self.query_embeddings = nn.ParameterDict(
+            {name: nn.Parameter(torch.empty(patches, hidden)) for name in config.tasks}
+        )
         self.dropout = nn.Dropout(config.hidden_dropout)
         self.encoder = nn.ModuleList(IPTEncoderLayer(config, i) for i in range(config.num_hidden_layers))
         self.decoder = nn.ModuleList(IPTDecoderLayer(config, i) for i in range(config.num_hidden_layers))
         self.mlp_head = Mlp(hidden, config.intermediate_size, act="relu", dropout=config.hidden_dropout,
                             out_dropout=config.hidden_dropout)  # fmt: skip
 
-    def forward(self, features: torch.Tensor, task_index: int, output_attentions: bool = False) -> BodyOutput:
+    def forward(self, features: torch.Tensor, task: str, output_attentions: bool = False) -> BodyOutput:
         size, patch = self.config.image_size, self.config.patch_size
         side = size // patch
         tokens = F.unfold(features, patch, stride=patch).transpose(1, 2)  # (B, N, n_feats * p * p)
         tokens = self.dropout(self.linear_encoding(tokens)) + tokens
         hidden = tokens + self.position_embeddings.weight.unsqueeze(0)  # (B, N, C): positions in the stream
-        query = self.query_embeddings.weight[task_index].view(1, side * side, -1)  # (1, N, C)
+        query = self.query_embeddings[task].unsqueeze(0)  # (1, N, C)
         states: dict[str, list] = {name: [] for name in STATE_FIELDS}
         maps: dict[str, list] = {name: [] for name in ATTENTION_FIELDS}
         states["encoder_hidden_states"].append(hidden)
@@ -311,7 +314,7 @@ def tile_starts(length: int, tile: int, overlap: int) -> list[int]:
 
 def blend_ramp(size: int, ramp: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     """(size,) weights rising linearly over ``ramp`` pixels from each end (``(i + 0.5) / ramp``) and 1 between."""
-    position = torch.arange(size, dtype=dtype, device=device)
+    position = torch.arange(size, device=device).to(dtype)  # exact integers, whatever the dtype
     edge = torch.minimum(position, size - 1 - position) + 0.5
     return (edge / max(ramp, 1)).clamp(max=1.0)
 
@@ -322,8 +325,9 @@ def tiled(
     """``fn`` (tile-sized (n, C, tile, tile) -> (n, C', s*tile, s*tile)) over an image of any size (B, C, H, W),
     H, W >= tile: overlapping tiles (``overlap`` input pixels, starts from :func:`tile_starts`), ``batch`` tiles
     per call, each call's outputs blended into the result at once with weights that rise linearly over the overlap
-    from each tile's edges (normalised by their sum, so an image of one tile gives ``fn``'s output exactly). Memory:
-    the network's on ``batch`` tiles, plus the input and the output images."""
+    from each tile's edges (normalised by their sum, so an image of one tile gives ``fn``'s output exactly). The sums
+    are float32 at least (half-precision outputs are blended in float32 and cast back). Memory: the network's on
+    ``batch`` tiles, plus the input and the output images."""
     height, width = x.shape[-2:]
     boxes = [(top, left) for top in tile_starts(height, tile, overlap) for left in tile_starts(width, tile, overlap)]
     if len(boxes) == 1:
@@ -334,17 +338,18 @@ def tiled(
     for first in range(0, len(jobs), batch):
         chunk = jobs[first : first + batch]
         outputs = fn(torch.stack([x[image, :, top : top + tile, left : left + tile] for image, top, left in chunk]))
-        if total is None:  # (B, C', s*H, s*W) in the outputs' dtype and device
-            total = outputs.new_zeros(x.shape[0], outputs.shape[1], scale * height, scale * width)
-            norm = outputs.new_zeros(1, 1, scale * height, scale * width)
-            ramp = blend_ramp(out_tile, scale * overlap, outputs.dtype, outputs.device)
+        if total is None:  # (B, C', s*H, s*W) on the outputs' device, float32 at least
+            accumulate = torch.promote_types(outputs.dtype, torch.float32)
+            total = outputs.new_zeros(x.shape[0], outputs.shape[1], scale * height, scale * width, dtype=accumulate)
+            norm = outputs.new_zeros(1, 1, scale * height, scale * width, dtype=accumulate)
+            ramp = blend_ramp(out_tile, scale * overlap, accumulate, outputs.device)
             weight = ramp[:, None] * ramp[None, :]  # (s*tile, s*tile)
         for output, (image, top, left) in zip(outputs, chunk):
             rows, cols = slice(scale * top, scale * top + out_tile), slice(scale * left, scale * left + out_tile)
             total[image, :, rows, cols] += output * weight
             if image == 0:
                 norm[0, :, rows, cols] += weight
-    return total / norm
+    return (total / norm).to(outputs.dtype)
 
 
 _ENSEMBLE = [(flip, turns) for flip in (False, True) for turns in range(4)]  # the 8 symmetries of the square
@@ -401,6 +406,9 @@ class IPTPreTrainedModel(XcvPreTrainedModel):
             init.zeros_(module.bias)
         elif isinstance(module, IPTMeanShift):
             module.reset(self.config)
+        elif isinstance(module, IPTBody):
+            for query in module.query_embeddings.values():  # N(0, 1) as the official nn.Embedding
+                init.normal_(query, 0.0, 1.0)
         elif isinstance(module, IPTDecoderLayer):
             width = self.config.hidden_size
             bound = math.sqrt(6.0 / (width + 3 * width))  # Xavier-uniform of the fused (3C, C) projection
@@ -453,7 +461,7 @@ class IPTModel(IPTPreTrainedModel):
     def features(self, pixel_values: torch.Tensor, task: str, output_attentions: bool = False):
         """(head + body features, the body's output) of tile-sized ``pixel_values``."""
         head = self.heads[task](self.sub_mean(pixel_values))
-        body = self.body(head, self.config.task_index(task), output_attentions)
+        body = self.body(head, task, output_attentions)
         return body.features + head, body
 
     @can_return_tuple
@@ -561,7 +569,10 @@ class IPTForImageRestoration(IPTPreTrainedModel):
         task = self.config.tasks[self.config.task_index(task)]
         pixel_values = self.check_pixels(pixel_values)
         contrastive = labels is not None and self.config.contrastive_loss_weight > 0
-        asked = {"output_patch_features": output_patch_features or contrastive, "output_attentions": output_attentions,
+        want_features = output_patch_features or contrastive
+        features = "output_patch_features" if output_patch_features or not contrastive else (
+            "output_patch_features (the contrastive loss: contrastive_loss_weight > 0)")  # fmt: skip
+        asked = {features: want_features, "output_attentions": output_attentions,
                  "output_hidden_states": output_hidden_states}  # fmt: skip
         single = self.one_tile(pixel_values, asked)
         if self_ensemble and any(asked.values()):
@@ -573,7 +584,7 @@ class IPTForImageRestoration(IPTPreTrainedModel):
             outputs = self.ipt(
                 pixel_values,
                 task,
-                output_patch_features=asked["output_patch_features"],
+                output_patch_features=want_features,
                 output_attentions=output_attentions,
                 output_hidden_states=output_hidden_states,
                 return_dict=True,
