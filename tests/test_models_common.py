@@ -46,10 +46,12 @@ def main_output(outputs) -> torch.Tensor:
     return value if isinstance(value, torch.Tensor) else torch.cat([v.flatten() for v in value])
 
 
-def assert_close_at_scale(actual: torch.Tensor, expected: torch.Tensor) -> None:
+def assert_close_at_scale(
+    actual: torch.Tensor, expected: torch.Tensor, atol: float = 1e-5, rtol: float = 1e-5
+) -> None:
     """Equal up to float32 rounding relative to the outputs' scale (IPT's values are 0-255, the others' about 1)."""
     scale = max(1.0, expected.abs().max().item())
-    torch.testing.assert_close(actual, expected, atol=1e-5 * scale, rtol=1e-5)
+    torch.testing.assert_close(actual, expected, atol=atol * scale, rtol=rtol)
 
 
 @pytest.fixture(params=MODEL_CASES, ids=case_id)
