@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
+import PIL.Image
+import torch
 from transformers.image_processing_backends import PilBackend
 
 # Keys that saved processor configs carry and that hold no setting.
@@ -34,3 +37,32 @@ class FixedPipelineProcessor(PilBackend):
     def to_dict(self) -> dict[str, Any]:
         saved = super().to_dict()
         return {key: saved[key] for key in (*self.SETTINGS, "image_processor_type") if key in saved}
+
+    @staticmethod
+    def to_pil_images(
+        reconstruction: Any,
+        target_sizes: Sequence[tuple[int, int]] | None,
+        to_uint8: Callable[[torch.Tensor], torch.Tensor],
+    ) -> list[PIL.Image.Image]:
+        """``reconstruction`` (B, 3, H, W) (or a model output holding one as ``.reconstruction``) -> B RGB PIL images
+        of ``to_uint8`` (the model's value range -> 0-255 uint8), each cropped to its (height, width) of
+        ``target_sizes`` from the top left; ValueError naming a wrong shape or size."""
+        tensor = getattr(reconstruction, "reconstruction", reconstruction)
+        if not isinstance(tensor, torch.Tensor) or tensor.dim() != 4 or tensor.shape[1] != 3:
+            shape = tuple(tensor.shape) if isinstance(tensor, torch.Tensor) else type(tensor).__name__
+            raise ValueError(f"postprocess takes the (batch, 3, height, width) reconstruction, got {shape}")
+        if target_sizes is not None and len(target_sizes) != tensor.shape[0]:
+            raise ValueError(f"{len(target_sizes)} target_sizes for {tensor.shape[0]} images")
+        for index, size in enumerate(target_sizes or ()):
+            if len(size) != 2 or not (0 < size[0] <= tensor.shape[2] and 0 < size[1] <= tensor.shape[3]):
+                raise ValueError(
+                    f"target_sizes[{index}] = {tuple(size)} is no (height, width) within the {tensor.shape[2]}x"
+                    f"{tensor.shape[3]} reconstruction"
+                )
+        images = []
+        for index, image in enumerate(to_uint8(tensor.detach().float().cpu())):
+            if target_sizes is not None:
+                height, width = target_sizes[index]
+                image = image[:, :height, :width]
+            images.append(PIL.Image.fromarray(image.permute(1, 2, 0).numpy(), mode="RGB"))  # (H, W, 3) uint8
+        return images

@@ -202,24 +202,5 @@ class IPTImageProcessor(FixedPipelineProcessor):
         """``reconstruction`` (B, 3, H, W) in ``[0, rgb_range]`` (or a model output holding one as
         ``.reconstruction``) -> B RGB PIL images: values scaled to 0-255, clamped and rounded (the official
         ``quantize``); ``target_sizes`` crops each to (height, width) from the top left."""
-        tensor = getattr(reconstruction, "reconstruction", reconstruction)
-        if not isinstance(tensor, torch.Tensor) or tensor.dim() != 4 or tensor.shape[1] != 3:
-            shape = tuple(tensor.shape) if isinstance(tensor, torch.Tensor) else type(tensor).__name__
-            raise ValueError(f"postprocess takes the (batch, 3, height, width) reconstruction, got {shape}")
-        if target_sizes is not None and len(target_sizes) != tensor.shape[0]:
-            raise ValueError(f"{len(target_sizes)} target_sizes for {tensor.shape[0]} images")
-        for index, size in enumerate(target_sizes or ()):
-            if len(size) != 2 or not (0 < size[0] <= tensor.shape[2] and 0 < size[1] <= tensor.shape[3]):
-                raise ValueError(
-                    f"target_sizes[{index}] = {tuple(size)} is no (height, width) within the {tensor.shape[2]}x"
-                    f"{tensor.shape[3]} reconstruction"
-                )
-        pixels = tensor.detach().float().cpu() * (255.0 / self.rgb_range)
-        pixels = pixels.clamp(0, 255).round().to(torch.uint8)
-        images = []
-        for index, image in enumerate(pixels):
-            if target_sizes is not None:
-                height, width = target_sizes[index]
-                image = image[:, :height, :width]
-            images.append(PIL.Image.fromarray(image.permute(1, 2, 0).numpy()))  # (H, W, 3) uint8: RGB
-        return images
+        quantize = lambda x: (x * (255.0 / self.rgb_range)).clamp(0, 255).round().to(torch.uint8)  # noqa: E731
+        return self.to_pil_images(reconstruction, target_sizes, quantize)

@@ -221,26 +221,8 @@ class TTSRImageProcessor(FixedPipelineProcessor):
         """``reconstruction`` (B, 3, H, W) in [-1, 1] (or a model output holding one) -> B RGB PIL images (values
         rounded, as the original saves them); ``target_sizes`` crops each to (height, width), e.g. the original size
         of a high-resolution image padded with ``size_divisibility_mode="pad"``."""
-        tensor = getattr(reconstruction, "reconstruction", reconstruction)
-        if not isinstance(tensor, torch.Tensor) or tensor.dim() != 4 or tensor.shape[1] != 3:
-            shape = tuple(tensor.shape) if isinstance(tensor, torch.Tensor) else type(tensor).__name__
-            raise ValueError(f"postprocess takes the (batch, 3, height, width) reconstruction, got {shape}")
-        if target_sizes is not None and len(target_sizes) != tensor.shape[0]:
-            raise ValueError(f"{len(target_sizes)} target_sizes for {tensor.shape[0]} images")
-        for index, size in enumerate(target_sizes or ()):
-            if len(size) != 2 or not (0 < size[0] <= tensor.shape[2] and 0 < size[1] <= tensor.shape[3]):
-                raise ValueError(
-                    f"target_sizes[{index}] = {tuple(size)} is no (height, width) within the {tensor.shape[2]}x"
-                    f"{tensor.shape[3]} reconstruction"
-                )
-        pixels = ((tensor.detach().float().cpu() + 1.0) * 127.5).round().clamp(0, 255).to(torch.uint8)
-        images = []
-        for index, image in enumerate(pixels):
-            if target_sizes is not None:
-                height, width = target_sizes[index]
-                image = image[:, :height, :width]
-            images.append(PIL.Image.fromarray(image.permute(1, 2, 0).numpy(), mode="RGB"))
-        return images
+        to_uint8 = lambda x: ((x + 1.0) * 127.5).round().clamp(0, 255).to(torch.uint8)  # noqa: E731
+        return self.to_pil_images(reconstruction, target_sizes, to_uint8)
 
 
 def _on_canvas(image: np.ndarray, size: dict[str, int]) -> np.ndarray:
