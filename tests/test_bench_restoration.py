@@ -104,4 +104,5 @@ def test_a_quick_run_of_the_ipt_section_prints_its_table(capsys):
         ["| 12x12 (24x24)", "4 / 1 / 1"],
         ["| 24x24 (48x48)", "36 / 25 / 9"],
     ]
-    assert rows[1].endswith("| 1.00x / 1.00x | 1.00x / 1.00x | 0.001 / 0.001 / 0.001 | 0.002 / 0.002 / 0.002 |")
+    # 24 x 24 = 0.576 kilopixels in, 48 x 48 = 2.304 out, per second of 1.0
+    assert rows[1].endswith("| 1.00x / 1.00x | 1.00x / 1.00x | 0.6 / 0.6 / 0.6 | 2.3 / 2.3 / 2.3 |")

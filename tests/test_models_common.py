@@ -49,8 +49,10 @@ def main_output(outputs) -> torch.Tensor:
 def assert_close_at_scale(
     actual: torch.Tensor, expected: torch.Tensor, atol: float = 1e-5, rtol: float = 1e-5
 ) -> None:
-    """Equal up to float32 rounding relative to the outputs' scale (IPT's values are 0-255, the others' about 1)."""
-    scale = max(1.0, expected.abs().max().item())
+    """Equal up to float32 rounding relative to the outputs' scale (IPT's values are 0-255, the others' about 1);
+    tuples of tensors (a backbone's feature maps) as a whole."""
+    tensors = expected if isinstance(expected, (tuple, list)) else [expected]
+    scale = max([1.0] + [t.abs().max().item() for t in tensors])
     torch.testing.assert_close(actual, expected, atol=atol * scale, rtol=rtol)
 
 

@@ -296,7 +296,7 @@ def test_folder_errors_name_the_problem(tmp_path, case):
 
 
 def test_folder_bad_options(tmp_path):
-    with pytest.raises(ValueError, match=r"missing_reference must be one of \['error', 'panned'\]"):
+    with pytest.raises(ValueError, match=r"missing_reference must be one of \['error', 'panned', 'itself'\]"):
         load_restoration_folder(tmp_path, missing_reference="self")
     with pytest.raises(ValueError, match=r"too narrow for two panned views"):
         panned_views(photo_crop(8, 4))
