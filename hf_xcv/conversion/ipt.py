@@ -55,6 +55,7 @@ from .checkpoint_io import load_official_state_dict
 from .detr import _split_in_proj
 from .ipt_reference import DIV2K_MEAN, upsampler_factors
 from .rules import Rule, rename_keys
+from .rules import check_exact_keys as check_converted_keys
 from .ttsr import strip_data_parallel
 
 __all__ = [
@@ -400,14 +401,8 @@ def check_exact_keys(config: dict[str, Any], state_dict: dict[str, torch.Tensor]
     from ..models.ipt import IPTConfig, IPTForImageRestoration  # the models import hf_xcv.conversion
 
     with torch.device("meta"):
-        expected = set(IPTForImageRestoration(IPTConfig.from_dict(config)).state_dict())
-    missing, extra = sorted(expected - set(state_dict)), sorted(set(state_dict) - expected)
-    for what, keys in (("lacks", missing), ("has unexpected", extra)):
-        if keys:
-            raise ValueError(
-                f"{source} {what} {len(keys)} weights of an IPT for {config['tasks']} after conversion (hf_xcv's "
-                f"names): {keys[:8]}{' ...' if len(keys) > 8 else ''}"
-            )
+        expected = IPTForImageRestoration(IPTConfig.from_dict(config)).state_dict()
+    check_converted_keys(expected, state_dict, source, f"an IPT for {config['tasks']}")
 
 
 def convert_official(

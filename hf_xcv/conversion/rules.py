@@ -42,3 +42,17 @@ def rename_keys(
         shown = ", ".join(sorted(unknown)[:10])
         raise ValueError(f"{len(unknown)} checkpoint keys have no conversion rule (first: {shown})")
     return out, dropped
+
+
+def check_exact_keys(expected: Iterable[str], state_dict: dict[str, torch.Tensor], source: str, model: str) -> None:
+    """ValueError unless the converted ``state_dict`` holds exactly the ``expected`` keys (a model's, built on the
+    meta device): nothing missing, nothing the model would not use; ``model`` names it in the message ("an IPT for
+    ['sr_x2']")."""
+    expected = set(expected)
+    missing, extra = sorted(expected - set(state_dict)), sorted(set(state_dict) - expected)
+    for what, keys in (("lacks", missing), ("has unexpected", extra)):
+        if keys:
+            raise ValueError(
+                f"{source} {what} {len(keys)} weights of {model} after conversion (hf_xcv's names): "
+                f"{keys[:8]}{' ...' if len(keys) > 8 else ''}"
+            )

@@ -29,6 +29,7 @@ import torch
 from ..layers.vgg import normalization_constants
 from .checkpoint_io import load_official_state_dict
 from .rules import Rule, rename_keys
+from .rules import check_exact_keys as check_converted_keys
 
 TARGET_MODEL_TYPE = "xcv_ttsr"
 PROCESSOR_TYPE = "TTSRImageProcessor"
@@ -160,14 +161,8 @@ def check_exact_keys(config: dict[str, Any], state_dict: dict[str, torch.Tensor]
     from ..models.ttsr import TTSRConfig, TTSRForReferenceSuperResolution  # the models import hf_xcv.conversion
 
     with torch.device("meta"):
-        expected = set(TTSRForReferenceSuperResolution(TTSRConfig.from_dict(config)).state_dict())
-    missing, extra = sorted(expected - set(state_dict)), sorted(set(state_dict) - expected)
-    for what, keys in (("lacks", missing), ("has unexpected", extra)):
-        if keys:
-            raise ValueError(
-                f"{source} {what} {len(keys)} weights of a {config['num_res_blocks']} TTSR after conversion "
-                f"(hf_xcv's names): {keys[:8]}{' ...' if len(keys) > 8 else ''}"
-            )
+        expected = TTSRForReferenceSuperResolution(TTSRConfig.from_dict(config)).state_dict()
+    check_converted_keys(expected, state_dict, source, f"a {config['num_res_blocks']} TTSR")
 
 
 def convert_official(

@@ -568,12 +568,8 @@ class IPTForImageRestoration(IPTPreTrainedModel):
         output_attentions, output_hidden_states = self._resolve_outputs(output_attentions, output_hidden_states)
         task = self.config.tasks[self.config.task_index(task)]
         pixel_values = self.check_pixels(pixel_values)
-        contrastive = labels is not None and self.config.contrastive_loss_weight > 0
-        want_features = output_patch_features or contrastive
-        features = "output_patch_features" if output_patch_features or not contrastive else (
-            "output_patch_features (the contrastive loss: contrastive_loss_weight > 0)")  # fmt: skip
-        asked = {features: want_features, "output_attentions": output_attentions,
-                 "output_hidden_states": output_hidden_states}  # fmt: skip
+        want_features = output_patch_features or (labels is not None and self.config.contrastive_loss_weight > 0)
+        asked = self.per_tile_requests(output_patch_features, want_features, output_attentions, output_hidden_states)
         single = self.one_tile(pixel_values, asked)
         if self_ensemble and any(asked.values()):
             raise ValueError(f"self_ensemble averages 8 passes: it returns no per-pass outputs ({asked})")
@@ -601,6 +597,17 @@ class IPTForImageRestoration(IPTPreTrainedModel):
             patch_features=outputs.patch_features if output_patch_features else None,
             **{name: getattr(outputs, name) for name in STATE_FIELDS + ATTENTION_FIELDS},
         )
+
+    @staticmethod
+    def per_tile_requests(
+        asked_features: bool, want_features: bool, output_attentions: bool, output_hidden_states: bool
+    ) -> dict[str, bool]:
+        """The outputs of a call that exist per tile only, by the name an error would give them (features wanted
+        for the contrastive loss but not asked for are named after it)."""
+        features = "output_patch_features" if asked_features or not want_features else (
+            "output_patch_features (the contrastive loss: contrastive_loss_weight > 0)")  # fmt: skip
+        return {features: want_features, "output_attentions": output_attentions,
+                "output_hidden_states": output_hidden_states}  # fmt: skip
 
     def loss(
         self, reconstruction: torch.Tensor, labels: torch.Tensor, features: torch.Tensor | None, kwargs: dict
