@@ -71,8 +71,9 @@ import torch
 from transformers import PretrainedConfig
 
 from hf_xcv.attention import (
+    LENGTH_TIED_KWARGS,
     MultiHeadAttention,
-    attention_kwarg_defaults,
+    attention_kwargs_at_length,
     available_attention_types,
     get_attention_class,
 )
@@ -89,24 +90,12 @@ MEMORY_FRACTION = 0.7  # of MemAvailable, the most a cell's process may be predi
 M_MMAP_THRESHOLD, M_TRIM_THRESHOLD = -3, -1  # glibc's mallopt parameters
 NOISY = 1.5  # a cell whose slowest repeat takes this many times its fastest is listed as noisy
 
-# Settings tied to the sequence length; everything else is the entry's paper default. xl and compressive
-# keep their defaults (mem_len 512, cmem_len 512): the timed call is a first segment (no memory yet), so
-# its keys are the L tokens of the input like every other entry's; the compressive entry then compresses
-# the L - mem_len positions pushed out of its memory and returns its reconstruction loss, part of its step.
-LENGTH_TIED: dict[str, tuple[str, Callable[[int], dict[str, Any]]]] = {
-    # E, F are (k, seq_len): they must cover the input
-    "linformer": ("seq_len=L", lambda length: {"seq_len": length}),
-    # the paper's k ~ sqrt(L) clusters is what makes it O(L^1.5); a fixed count stays O(L^2 / k)
-    "routing": ("num_clusters=sqrt(L)", lambda length: {"num_clusters": math.isqrt(length)}),
-    # the sorting network scores every block: L / block_size outputs (the default 128 blocks stop at 8K)
-    "sinkhorn": (
-        "max_blocks=L/block_size",
-        lambda length: {"max_blocks": -(-length // attention_kwarg_defaults("sinkhorn")["block_size"])},
-    ),
-    # the synthesized (L, L) score matrices cover max_length positions
-    "synthesizer_dense": ("max_length=L", lambda length: {"max_length": length}),
-    "synthesizer_random": ("max_length=L", lambda length: {"max_length": length}),
-}
+# Settings tied to the sequence length (hf_xcv.attention.LENGTH_TIED_KWARGS); everything else is the entry's
+# paper default. xl and compressive keep their defaults (mem_len 512, cmem_len 512): the timed call is a first
+# segment (no memory yet), so its keys are the L tokens of the input like every other entry's; the compressive
+# entry then compresses the L - mem_len positions pushed out of its memory and returns its reconstruction loss,
+# part of its step.
+LENGTH_TIED = LENGTH_TIED_KWARGS
 
 
 @dataclass(frozen=True)
@@ -147,10 +136,7 @@ def grid_for(length: int) -> tuple[int, int]:
     return height, length // height
 
 
-def entry_kwargs(entry: str, length: int) -> dict[str, Any]:
-    """The entry's ``attention_kwargs`` at ``length``: its defaults with the length-tied ones overridden."""
-    tied = LENGTH_TIED[entry][1](length) if entry in LENGTH_TIED else {}
-    return {**attention_kwarg_defaults(entry), **tied}
+entry_kwargs = attention_kwargs_at_length  # the entry's settings at ``length``
 
 
 def call_settings(entry: str, length: int) -> dict[str, Any]:

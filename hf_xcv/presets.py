@@ -51,6 +51,10 @@ def _transformer(d_model: int, layers: int, heads: int, ffn: int, **more: Any) -
     )
 
 
+# Pixel tokens: the grey level is the id, and a black pixel (0) is no padding.
+_PIXELS = {"pad_token_id": None}
+
+
 def _xformer(hidden: int, layers: int, heads: int, mlp: int, **more: Any) -> dict:
     return dict(hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads, intermediate_size=mlp, **more)
 
@@ -338,6 +342,23 @@ PRESETS: dict[str, Preset] = {
         "xcv_xformer",
         _xformer(256, 4, 4, 1024, vocab_size=257, max_position_embeddings=4096, pooling="mean"),
         "Tay et al. 2020 (Long Range Arena), text classification encoder at 4K bytes",
+    ),
+    # The Long Range Arena-style tasks of hf_xcv.data.lra at a CPU scale (benchmarks/bench_lra.py): one encoder per
+    # task, the same for every attention entry (hf-xcv-train lra sets attention_type and the length).
+    "xformer-lra-listops": Preset(
+        "xcv_xformer",
+        _xformer(64, 2, 4, 128, vocab_size=16, max_position_embeddings=512, hidden_dropout_prob=0.0, pooling="first"),
+        "hf_xcv's CPU-scale ListOps encoder (LRA: 512 wide, 6 layers, 2K tokens), pooled at the root operator",
+    ),
+    "xformer-lra-pathfinder": Preset(
+        "xcv_xformer",
+        _xformer(64, 2, 4, 128, vocab_size=256, max_position_embeddings=1024, hidden_dropout_prob=0.0, **_PIXELS),
+        "hf_xcv's CPU-scale Pathfinder encoder, 32x32 pixels",
+    ),
+    "xformer-lra-image": Preset(
+        "xcv_xformer",
+        _xformer(64, 2, 4, 128, vocab_size=256, max_position_embeddings=1024, hidden_dropout_prob=0.0, **_PIXELS),
+        "hf_xcv's CPU-scale encoder of digits as 32x32 pixel sequences",
     ),
     "xformer-test-tiny": Preset(
         "xcv_xformer",

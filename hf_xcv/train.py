@@ -4,6 +4,7 @@
     hf-xcv-train object-detection --output_dir runs/shapes
     hf-xcv-train image-restoration --output_dir runs/ttsr-photos
     hf-xcv-train translation --output_dir runs/numbers
+    hf-xcv-train lra --task listops --attention_type performer --output_dir runs/listops-performer
     hf-xcv-train tokenizer --builtin_numbers 20000 --vocab_size 1000 --output runs/tokenizer
 
 ``hf-xcv-train <task> --help`` lists a task's options. Under ``accelerate launch`` or ``torchrun`` use
@@ -22,6 +23,7 @@ TASKS = {
     "object-detection": "hf_xcv.cli.train_object_detection",
     "image-restoration": "hf_xcv.cli.train_image_restoration",
     "translation": "hf_xcv.cli.train_translation",
+    "lra": "hf_xcv.cli.train_lra",
     "tokenizer": "hf_xcv.cli.train_tokenizer",
 }
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The main job, end to end on built-in data, five parts:
+# The main job, end to end on built-in data, seven parts:
 #  1. ViT on the built-in digits: train with accelerate, evaluate on the held-out test split, write a Hub-ready
 #     folder with a model card, reload it in a fresh process through AutoModelForImageClassification and classify
 #     held-out samples (fails below 95 % accuracy);
@@ -31,7 +31,12 @@
 #     (bicubic upsampling; the noisy input), draw restorations.png, reload both in a fresh process through
 #     AutoModelForImageToImage + AutoImageProcessor, restore a photo larger than one tile with
 #     ImageRestorationPipeline, and fail when a task does not beat its baseline.
-# DEMO=vit, DEMO=swin, DEMO=translation, DEMO=detr (both detectors), DEMO=ttsr or DEMO=ipt runs one of them;
+#  7. X-formers on ListOps (the Long Range Arena task, generated offline, expressions of 192-384 symbols): train the
+#     same encoder with full attention and with Performer's FAVOR+ for the same steps, reload both in a fresh process
+#     through AutoModelForSequenceClassification, score the held-out expressions, and fail when full attention is
+#     not clearly above chance (20 %, twice the 10 % of ten balanced classes). benchmarks/bench_lra.py runs every
+#     attention entry on every task.
+# DEMO=vit, DEMO=swin, DEMO=translation, DEMO=detr (both detectors), DEMO=ttsr, DEMO=ipt or DEMO=lra runs one;
 # DEMO=deformable_detr runs the Deformable DETR half of part 4 alone.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -112,4 +117,16 @@ if [ "$DEMO" = all ] || [ "$DEMO" = ipt ]; then
         --learning_rate 2e-4 --lr_scheduler_type cosine --max_train_steps 600 --eval_every_epochs 0
     echo "IPT pre-trained and fine-tuned in ${SECONDS} s"
     .venv/bin/python scripts/restore_ipt_samples.py outputs/ipt-photos outputs/ipt-photos-x4
+fi
+if [ "$DEMO" = all ] || [ "$DEMO" = lra ]; then
+    SECONDS=0
+    # benchmarks/bench_lra.py's ListOps cell: the xformer-lra-listops encoder, 400 steps of batch 16, seed 0
+    LISTOPS='{"min_length": 192, "max_length": 384}'
+    for entry in full performer; do
+        .venv/bin/python training/train_lra.py --task listops --task_settings "$LISTOPS" --attention_type "$entry" \
+            --output_dir "outputs/lra-listops-$entry" --overwrite_output_dir --max_train_steps 400 --disable_tqdm
+    done
+    echo "ListOps classifiers trained in ${SECONDS} s"
+    .venv/bin/python scripts/check_lra.py --task_settings "$LISTOPS" outputs/lra-listops-full \
+        outputs/lra-listops-performer
 fi

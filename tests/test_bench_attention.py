@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from helpers import load_script
 
-from hf_xcv.attention import available_attention_types, validate_attention_kwargs
+from hf_xcv.attention import attention_kwarg_defaults, available_attention_types, validate_attention_kwargs
 
 LENGTHS = [128, 256]
 
@@ -85,8 +85,9 @@ def test_grids_and_length_tied_settings(bench):
     ]
     for name, (_, tied) in bench.LENGTH_TIED.items():
         if name in available_attention_types():
-            validate_attention_kwargs(name, tied(1024))  # the override names a setting the entry takes
-            assert bench.entry_kwargs(name, 1024).items() >= tied(1024).items()
+            settings = attention_kwarg_defaults(name)
+            validate_attention_kwargs(name, tied(1024, settings))  # the override names a setting the entry takes
+            assert bench.entry_kwargs(name, 1024).items() >= tied(1024, settings).items()
 
 
 def cell(ms: float, mib: float, before: float = 400.0) -> dict:

@@ -32,11 +32,13 @@ from .full import FullAttention
 from .isab import PoolingByMultiheadAttention
 from .layer import MultiHeadAttention
 from .registry import (
+    LENGTH_TIED_KWARGS,
     AttentionCall,
     AttentionCore,
     AttentionOutput,
     Capabilities,
     attention_kwarg_defaults,
+    attention_kwargs_at_length,
     available_attention_types,
     build_attention,
     capability_problems,
@@ -48,6 +50,7 @@ from .registry import (
 )
 
 __all__ = [
+    "LENGTH_TIED_KWARGS",
     "AttentionCall",
     "AttentionCore",
     "AttentionOutput",
@@ -56,6 +59,7 @@ __all__ = [
     "MultiHeadAttention",
     "PoolingByMultiheadAttention",
     "attention_kwarg_defaults",
+    "attention_kwargs_at_length",
     "available_attention_types",
     "build_attention",
     "capability_problems",

@@ -47,7 +47,8 @@ k))`` (with an ``attention_bias`` too, for entries that declare it).
 from __future__ import annotations
 
 import inspect
-from collections.abc import Iterator
+import math
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, fields
 from itertools import chain
 from typing import Any, ClassVar, NamedTuple
@@ -458,6 +459,34 @@ def attention_kwarg_defaults(name: str) -> dict[str, Any]:
         for key, param in signature.parameters.items()
         if key not in skipped and param.kind in (param.KEYWORD_ONLY, param.POSITIONAL_OR_KEYWORD)
     }
+
+
+# Settings tied to the sequence length; everything else is the entry's paper default (the ones the Long Range
+# Arena-style benchmarks use, benchmarks/bench_attention.py and benchmarks/bench_lra.py). name -> (a note for
+# tables, (length, the entry's other settings) -> the tied settings).
+LENGTH_TIED_KWARGS: dict[str, tuple[str, Callable[[int, dict[str, Any]], dict[str, Any]]]] = {
+    # E, F are (k, seq_len): they must cover the input
+    "linformer": ("seq_len=L", lambda length, settings: {"seq_len": length}),
+    # the paper's k ~ sqrt(L) clusters is what makes it O(L^1.5); a fixed count stays O(L^2 / k)
+    "routing": ("num_clusters=sqrt(L)", lambda length, settings: {"num_clusters": math.isqrt(length)}),
+    # the sorting network scores every block: L / block_size outputs (the default 128 blocks stop at 8K)
+    "sinkhorn": (
+        "max_blocks=L/block_size",
+        lambda length, settings: {"max_blocks": -(-length // settings["block_size"])},
+    ),
+    # the synthesized (L, L) score matrices cover max_length positions
+    "synthesizer_dense": ("max_length=L", lambda length, settings: {"max_length": length}),
+    "synthesizer_random": ("max_length=L", lambda length, settings: {"max_length": length}),
+}
+
+
+def attention_kwargs_at_length(name: str, length: int, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The entry's ``attention_kwargs`` for sequences of ``length`` tokens: its defaults and ``overrides``, with the
+    settings tied to the length (:data:`LENGTH_TIED_KWARGS`) worked out from them unless ``overrides`` sets them
+    (Sinkhorn's block count follows an overridden ``block_size``)."""
+    settings = {**attention_kwarg_defaults(name), **(overrides or {})}
+    tied = LENGTH_TIED_KWARGS[name][1](length, settings) if name in LENGTH_TIED_KWARGS else {}
+    return {**settings, **{k: v for k, v in tied.items() if k not in (overrides or {})}}
 
 
 def validate_attention_kwargs(name: str, attention_kwargs: dict[str, Any] | None) -> None:

@@ -567,7 +567,8 @@ def xformer_dummy_inputs(
     mask = torch.ones_like(ids)
     if padded:
         mask[-1, 11:] = 0
-    inputs = {"input_ids": ids.masked_fill(mask == 0, config.pad_token_id), "attention_mask": mask}
+    pad = config.pad_token_id if config.pad_token_id is not None else 0  # pixel tokens have no padding id
+    inputs = {"input_ids": ids.masked_fill(mask == 0, pad), "attention_mask": mask}
     if labels and isinstance(model, XFormerForCausalLM):
         inputs["labels"] = inputs["input_ids"].masked_fill(mask == 0, -100)
     elif labels and isinstance(model, XFormerForSequenceClassification):
