@@ -343,6 +343,7 @@ def train_loop(
                 parts.ckpt.save(state)
             if args.stop_after_steps is not None and state.completed_steps >= args.stop_after_steps:
                 acc.print(f"stopped after step {state.completed_steps} (--stop_after_steps)")
+                release_process_group()
                 return state, True
             if state.completed_steps >= parts.total_steps:
                 break
@@ -454,4 +455,17 @@ def finish(
         url = push_folder_to_hub(out, args.hub_model_id or out.name, private=args.hub_private)
         acc.print(f"pushed to {url}")
     acc.end_training()
+    release_process_group()
     return results
+
+
+def release_process_group() -> None:
+    """Destroy the default process group (multi-process runs) while the script still runs Python code.
+
+    Left to the garbage collector (when the script's DDP model is freed), gloo's destructor joins its worker thread
+    while holding the GIL, and that thread may be waiting for the GIL to free a tensor of the last barrier: a
+    deadlock after the run ended, seen once in a loaded CI run (torch 2.13). ``destroy_process_group`` shuts the
+    workers down first.
+    """
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
