@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from pathlib import Path
 
 import pytest
@@ -19,12 +18,6 @@ from hf_xcv.models.xformer import XFormerForSequenceClassification
 # digits at 8x8 = 64 pixel tokens: a task a tiny model learns in a few dozen steps
 SMALL = ["--task", "image", "--task_settings", "image_size=8", "--disable_tqdm", "--per_device_eval_batch_size", "256"]
 STEPS = 200
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _quiet_hub(tmp_path_factory):
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    yield
 
 
 def mean_loss(model: torch.nn.Module, data, limit: int = 512) -> float:

@@ -12,7 +12,6 @@ from hf_xcv.training.checkpointing import RUN_MARKER
 # Each script with arguments that make a run of it small, should it get that far.
 SCRIPTS = {
     "train_image_classification.py": ["--preset", "vit-test-tiny", "--max_train_samples", "64"],
-    "train_lra.py": ["--task", "image", "--task_settings", "image_size=8"],
     "train_image_restoration.py": ["--preset", "ttsr-test-tiny", "--crop_size", "32", "--max_train_samples", "8",
                                    "--pictures", "0"],
     "train_translation.py": [
