@@ -352,8 +352,8 @@ PRESETS: dict[str, Preset] = {
     ),
     "xformer-lra-pathfinder": Preset(
         "xcv_xformer",
-        _xformer(64, 2, 4, 128, vocab_size=256, max_position_embeddings=1024, hidden_dropout_prob=0.0, **_PIXELS),
-        "hf_xcv's CPU-scale Pathfinder encoder, 32x32 pixels",
+        _xformer(32, 1, 2, 64, vocab_size=256, max_position_embeddings=1024, hidden_dropout_prob=0.0, **_PIXELS),
+        "LRA's Pathfinder encoder size (1 layer, 32 wide, 2 heads; FFN 64, LRA's 32), 32x32 pixels",
     ),
     "xformer-lra-image": Preset(
         "xcv_xformer",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from pathlib import Path
@@ -15,7 +16,7 @@ Row = bench.cost.Row
 
 def train(accuracy: float, steps: int = 600) -> dict:
     return {"status": "ok", "test_accuracy": accuracy, "validation_accuracy": accuracy, "steps": steps, "seed": 0,
-            "command": "python -m hf_xcv.train lra --task listops", "test_samples": 1000}  # fmt: skip
+            "command": "python -m hf_xcv.train lra --task listops", "test_samples": 1000, "batch_size": 16}  # fmt: skip
 
 
 def timed(steps_per_second: float, mib: float, length: int) -> dict:
@@ -111,7 +112,7 @@ def test_the_report_lists_failures_settings_and_a_command(stored):
     )
     assert report.startswith("- machine: test")
     assert "- image / lsh (train): timeout: no result within 5 s" in report
-    assert "- listops: length [512], steps [600], seeds [0]" in report
+    assert "- listops: length [512], steps [600], batch [16], seeds [0]" in report
     assert "a cell's command: `python -m hf_xcv.train lra --task listops`" in report
 
 
@@ -139,6 +140,27 @@ def test_cells_are_resumed_one_by_one(stored):
     assert bench.pending(stored, cells, "train", retry=True) == [("image", Row("lsh"))]
     assert bench.pending(stored, cells, "time", retry=False) == [("image", Row("lsh"))]
     assert not list(stored.glob("cells/*/*.tmp"))  # cells are written whole
+
+
+def test_each_task_has_its_step_budget_and_stale_cells_are_found_per_task(stored):
+    args = argparse.Namespace(steps=None, quick=False)
+    assert {task: bench.steps_for(task, args) for task in bench.TASKS} == bench.DEFAULT_STEPS
+    assert bench.DEFAULT_STEPS["pathfinder"] > bench.DEFAULT_STEPS["listops"]  # Pathfinder's recipe (see train_lra)
+    assert bench.steps_for("pathfinder", argparse.Namespace(steps=50, quick=False)) == 50  # --steps: every task
+    assert bench.steps_for("pathfinder", argparse.Namespace(steps=None, quick=True)) == bench.QUICK_STEPS
+    # the stored cells were trained for 600 steps: under the per-task defaults every one is stale; with
+    # --steps 600 none is; each task is held to its own budget
+    cells = [(task, Row.from_key(key)) for key in STORED for task in LENGTHS]
+    args = argparse.Namespace(steps=None, quick=False, seed=0, output=stored, retry_failed=False)
+    assert sorted(bench.to_run("train", cells, args), key=str) == sorted(cells, key=str)
+    assert bench.to_run("train", cells, argparse.Namespace(**{**vars(args), "steps": 600})) == []
+    pathfinder = [cell for cell in cells if cell[0] == "pathfinder"]
+    for task, row in pathfinder:
+        cell = bench.load_cell(stored, task, row)
+        cell["train"]["steps"] = bench.DEFAULT_STEPS["pathfinder"]
+        bench.save_cell(stored, task, row, cell)
+    assert not set(pathfinder) & set(bench.to_run("train", cells, args))
+    assert len(bench.to_run("train", cells, args)) == len(cells) - len(pathfinder)
 
 
 def test_a_training_command_resumes_a_stopped_cell(tmp_path):

@@ -69,6 +69,8 @@ def test_results_hold_accuracy_and_the_timed_training_steps(trained):
     out, results = trained["full"]
     assert results["training"]["timed_steps"] == STEPS - 2  # --timing_warmup_steps 2 left out
     assert results["training"]["steps_per_second"] > 0
+    recipe = {key: results["training"][key] for key in ("per_device_train_batch_size", "weight_decay")}
+    assert recipe == {"per_device_train_batch_size": 16, "weight_decay": 0.01}  # the digits' recipe, as run
     assert results["validation"]["num_samples"] == 179 and results["test"]["num_samples"] == 179
     assert json.loads((out / "all_results.json").read_text()) == json.loads(json.dumps(results))
     card = (out / "README.md").read_text()
@@ -115,6 +117,30 @@ def test_entry_settings_given_by_hand_keep_the_length_tied_ones_consistent():
     args = train_lra.ModelArguments(attention_type="linformer", attention_kwargs='{"k": 8, "seq_len": 2048}')
     config = train_lra.build_config(args, "image", 1024, [str(d) for d in range(10)], 256)
     assert config.attention_kwargs["seq_len"] == 2048 and config.attention_kwargs["k"] == 8  # asked for: kept
+
+
+def recipe(*argv: str) -> tuple:
+    _, _, args = train_lra.parse_args([*argv, "--output_dir", "unused"])
+    return args.per_device_train_batch_size, args.weight_decay, args.max_train_steps, args.num_train_epochs
+
+
+def test_each_task_trains_with_its_recipe_where_no_flag_sets_it():
+    assert recipe("--task", "pathfinder")[:3] == (128, 0.0, 3000)  # LRA's Pathfinder recipe at a CPU scale
+    assert recipe("--task", "listops") == (16, 0.01, None, 10)
+    assert recipe("--task", "image") == (16, 0.01, None, 10)
+    # a flag wins; a step budget or an epoch count given by hand replaces the recipe's step budget
+    assert recipe("--task", "pathfinder", "--per_device_train_batch_size", "8", "--weight_decay", "0.1")[:3] == (
+        8, 0.1, 3000,
+    )  # fmt: skip
+    assert recipe("--task", "pathfinder", "--max_train_steps", "5")[:3] == (128, 0.0, 5)
+    assert recipe("--task", "pathfinder", "--num_train_epochs", "2")[2:] == (None, 2)
+    assert recipe("--task", "listops", "--weight_decay", "0")[:2] == (16, 0.0)  # 0 is a setting, not "unset"
+
+
+def test_the_pathfinder_preset_is_lras_pathfinder_encoder():
+    config = train_lra.build_config(train_lra.ModelArguments(), "pathfinder", 256, ["0", "1"], 256)
+    sizes = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "pooling")
+    assert [getattr(config, name) for name in sizes] == [32, 1, 2, 64, "mean"]
 
 
 def test_pixel_presets_have_no_padding_id_and_take_the_shared_dummy_inputs():
