@@ -62,7 +62,8 @@ CHANCE = {"listops": 10.0, "image": 10.0, "pathfinder": 50.0}
 # batches of 16 for ListOps and the digits, LRA's Pathfinder recipe of large batches, 128, without weight decay).
 DEFAULT_STEPS = {"listops": 400, "image": 400, "pathfinder": 3000}
 QUICK_STEPS = 4
-# The tasks at the scale of a background run on 2 CPU cores (~1 hour for the accuracy phase with --jobs 2):
+# The tasks at the scale of a background run on 2 CPU cores (accuracy phase with --jobs 2: ~1 hour for ListOps and
+# the digits, about 5-6 hours for Pathfinder's 3,000 steps of batch 128):
 # 256-token pixel sequences and ListOps up to 384 tokens. The digits are 8x8 scans, so 16x16 loses nothing
 # against 32x32; LRA's lengths (32x32 = 1,024 pixels, ListOps up to 2K) are --data_settings away.
 BENCH_SETTINGS = {
