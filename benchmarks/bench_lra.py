@@ -639,7 +639,9 @@ def main() -> None:
         "--threads", type=int, default=None, help="threads of the cost phase, and shared by --jobs in the other"
     )
     parser.add_argument("--repeats", type=int, default=5, help="timed steps per cost cell")
-    parser.add_argument("--timeout", type=float, default=3600.0, help="seconds per cell and phase")
+    parser.add_argument(  # Pathfinder's blocked entries train for 60-85 min on one CPU thread
+        "--timeout", type=float, default=14400.0, help="seconds per cell and phase (a stopped cell resumes)"
+    )
     parser.add_argument("--output", type=Path, default=HERE / "results" / "lra")
     parser.add_argument("--retry-failed", action="store_true", help="rerun cells whose phase failed")
     parser.add_argument("--report-only", action="store_true", help="table and plot from the stored cells")
