@@ -63,7 +63,7 @@ CHANCE = {"listops": 10.0, "image": 10.0, "pathfinder": 50.0}
 DEFAULT_STEPS = {"listops": 400, "image": 400, "pathfinder": 3000}
 QUICK_STEPS = 4
 # The tasks at the scale of a background run on 2 CPU cores (accuracy phase with --jobs 2: ~1 hour for ListOps and
-# the digits, about 5-6 hours for Pathfinder's 3,000 steps of batch 128):
+# the digits, about 4.3 hours for Pathfinder's 3,000 steps of batch 128):
 # 256-token pixel sequences and ListOps up to 384 tokens. The digits are 8x8 scans, so 16x16 loses nothing
 # against 32x32; LRA's lengths (32x32 = 1,024 pixels, ListOps up to 2K) are --data_settings away.
 BENCH_SETTINGS = {
@@ -639,8 +639,8 @@ def main() -> None:
         "--threads", type=int, default=None, help="threads of the cost phase, and shared by --jobs in the other"
     )
     parser.add_argument("--repeats", type=int, default=5, help="timed steps per cost cell")
-    parser.add_argument(  # Pathfinder's blocked entries train for 60-85 min on one CPU thread
-        "--timeout", type=float, default=14400.0, help="seconds per cell and phase (a stopped cell resumes)"
+    parser.add_argument(  # Pathfinder's blocked entries train for 57-84 min on one CPU thread
+        "--timeout", type=float, default=14400.0, help="seconds per cell and phase (--retry-failed resumes one)"
     )
     parser.add_argument("--output", type=Path, default=HERE / "results" / "lra")
     parser.add_argument("--retry-failed", action="store_true", help="rerun cells whose phase failed")
