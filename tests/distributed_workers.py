@@ -23,7 +23,7 @@ BATCH = 4  # two rows per process
 
 def build(model_type: str, head: type) -> torch.nn.Module:
     """The model both runs start from (eval mode: no dropout, so both runs compute the same function)."""
-    from test_models_common import tiny_config
+    from model_testing import tiny_config
 
     torch.manual_seed(0)
     return head(tiny_config(model_type)).eval()
@@ -32,7 +32,7 @@ def build(model_type: str, head: type) -> torch.nn.Module:
 def batch(model) -> dict[str, torch.Tensor]:
     """A batch without padding: each half holds as many label items, so the mean of the halves' mean losses is
     the whole batch's."""
-    from test_models_common import make_inputs
+    from model_testing import make_inputs
 
     return make_inputs(model, batch=BATCH, padded=False)
 
@@ -86,7 +86,7 @@ def worker(rank: int, out: Path, port: int) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=WORLD)
-    from test_models_common import HEADS
+    from model_testing import HEADS
 
     results = {}
     for model_type, _, head in HEADS:

@@ -10,6 +10,9 @@ import textwrap
 from pathlib import Path
 from types import ModuleType
 
+TESTS_DIR = Path(__file__).resolve().parent  # tests/, whose subfolders group the test modules by area
+REPO_ROOT = TESTS_DIR.parent
+
 
 def run_python(code: str, env: dict[str, str]) -> subprocess.CompletedProcess:
     """Run ``code`` (dedented) in a fresh interpreter; the result carries rc, stdout and stderr."""

@@ -9,51 +9,26 @@ import re
 
 import pytest
 import torch
+from model_testing import (
+    HEADS,
+    MODEL_CASES,
+    assert_close_at_scale,
+    auto_load,
+    case_id,
+    entry_config,
+    main_output,
+    make_inputs,
+    run_loss,
+    serves,
+    stack_outputs,
+    tiny_config,
+)
 from transformers import AutoBackbone, AutoConfig, AutoModel
 
 import hf_xcv
-from hf_xcv import MODEL_TYPES, preset_config
-from hf_xcv.attention import available_attention_types, capability_problems, get_attention_class
+from hf_xcv import MODEL_TYPES
+from hf_xcv.attention import available_attention_types, get_attention_class
 from hf_xcv.auto import AUTO_CLASSES, auto_class_name
-
-MODEL_CASES = [(model_type, cls) for model_type, entry in MODEL_TYPES.items() for cls in entry.model_classes]
-
-
-def case_id(case) -> str:
-    return f"{case[0]}-{case[1].__name__}"
-
-
-def tiny_config(model_type: str, **overrides):
-    return preset_config(MODEL_TYPES[model_type].test_preset, num_labels=3, **overrides)
-
-
-def make_inputs(model, batch: int = 2, labels: bool = True, padded: bool = True) -> dict:
-    """The model type's own dummy inputs, from its registry entry."""
-    return MODEL_TYPES[model.config.model_type].dummy_inputs(model, batch=batch, labels=labels, padded=padded)
-
-
-def stack_outputs(outputs) -> tuple[tuple, tuple]:
-    """(hidden_states, attentions) of an encoder-only output, or of the encoder of a seq2seq output."""
-    if hasattr(outputs, "encoder_hidden_states"):
-        return outputs.encoder_hidden_states, outputs.encoder_attentions
-    return outputs.hidden_states, outputs.attentions
-
-
-def main_output(outputs) -> torch.Tensor:
-    """The first tensor of an output after the loss: logits, last_hidden_state, a reconstruction, ...; for a
-    backbone's feature maps (a tuple of tensors), all of them flattened into one."""
-    value = next(v for key, v in outputs.items() if key != "loss" and isinstance(v, (torch.Tensor, tuple)))
-    return value if isinstance(value, torch.Tensor) else torch.cat([v.flatten() for v in value])
-
-
-def assert_close_at_scale(
-    actual: torch.Tensor, expected: torch.Tensor, atol: float = 1e-5, rtol: float = 1e-5
-) -> None:
-    """Equal up to float32 rounding relative to the outputs' scale (IPT's values are 0-255, the others' about 1);
-    tuples of tensors (a backbone's feature maps) as a whole."""
-    tensors = expected if isinstance(expected, (tuple, list)) else [expected]
-    scale = max([1.0] + [t.abs().max().item() for t in tensors])
-    torch.testing.assert_close(actual, expected, atol=atol * scale, rtol=rtol)
 
 
 @pytest.fixture(params=MODEL_CASES, ids=case_id)
@@ -95,17 +70,6 @@ def test_save_load_round_trip_is_exact(model_case, tmp_path):
     with torch.no_grad():
         assert torch.equal(main_output(model(**inputs)), main_output(reloaded(**inputs)))
     assert reloaded.config.to_diff_dict() == model.config.to_diff_dict()
-
-
-def auto_load(auto, path):
-    """``auto.from_pretrained(path)`` (``auto``: an Auto class or its name). transformers 5.24's AutoBackbone asks the
-    Hub whether a local folder is a repo (and fails, for its own backbones too): a backbone is then resolved
-    through the mapping, as ``AutoBackbone.from_config`` does, and loaded by its class."""
-    auto = AUTO_CLASSES[auto] if isinstance(auto, str) else auto
-    if auto is AutoBackbone:
-        config = AutoConfig.from_pretrained(path)
-        return type(AutoBackbone.from_config(config)).from_pretrained(path)
-    return auto.from_pretrained(path)
 
 
 def test_auto_classes_round_trip(model_case, tmp_path):
@@ -202,39 +166,10 @@ def test_no_split_modules_and_gradient_checkpointing_are_declared(model_case):
     assert model.supports_gradient_checkpointing
 
 
-HEADS = [(model_type, auto_name, head) for model_type, e in MODEL_TYPES.items() for auto_name, head in e.heads.items()]
-
-
-def serves(head: type, attention_type: str) -> bool:
-    """Whether a task model serves an entry: its declared attention requests against the entry's capabilities."""
-    return not capability_problems(attention_type, **head.attention_requests)
-
-
 def test_every_task_model_states_which_attention_entries_it_serves():
     assert all(head.attention_requests is not None for _, _, head in HEADS)
     for name in available_attention_types():
         assert any(serves(head, name) for _, _, head in HEADS), f"no model serves {name!r}"
-
-
-def entry_kwargs(model_type: str, attention_type: str) -> dict:
-    """An entry's small settings, less those the model sets itself (Swin's windows)."""
-    own = getattr(MODEL_TYPES[model_type].config, "model_set_attention_kwargs", {}).get(attention_type, ())
-    return {k: v for k, v in get_attention_class(attention_type).small_kwargs.items() if k not in own}
-
-
-def entry_config(model_type: str, attention_type: str):
-    """The tiny config with an entry's small settings."""
-    overrides = {"attention_type": attention_type, "attention_kwargs": entry_kwargs(model_type, attention_type)}
-    return tiny_config(model_type, **overrides, **MODEL_TYPES[model_type].attention_test_overrides)
-
-
-def run_loss(model, inputs, stateful: bool):
-    """The training loss; stateful cores run two segments, the second with the first one's memory."""
-    if not stateful:
-        return model(**inputs).loss
-    first = model(**inputs)
-    second = model(**inputs, mems=first.mems)
-    return first.loss + second.loss
 
 
 @pytest.mark.parametrize("attention_type", available_attention_types())

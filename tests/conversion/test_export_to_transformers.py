@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 import torch
-from test_marian_conversion import random_marian
+from marian_testing import random_marian
 
 import hf_xcv
 from hf_xcv import preset_config

@@ -6,15 +6,14 @@ same weights: tests/test_ttsr_conversion.py.)"""
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import torch
-from helpers import load_script
+from helpers import REPO_ROOT, load_script
 
 
 def bench():
-    sys.path.insert(0, str(Path(__file__).parents[1] / "benchmarks"))  # it imports bench_attention's helpers
-    return load_script(Path(__file__).parents[1] / "benchmarks" / "bench_restoration.py")
+    sys.path.insert(0, str(REPO_ROOT / "benchmarks"))  # it imports bench_attention's helpers
+    return load_script(REPO_ROOT / "benchmarks" / "bench_restoration.py")
 
 
 def test_the_dense_and_chunked_relevance_agree():

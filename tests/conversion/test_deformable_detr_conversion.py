@@ -12,9 +12,9 @@ import re
 import pytest
 import torch
 import transformers
+from detection_testing import assert_same_detections, padded_batch, torchvision_names
+from detection_testing import original_layout as detr_original_layout
 from safetensors.torch import load_file
-from test_detr import assert_same_detections, padded_batch, torchvision_names
-from test_detr import original_layout as detr_original_layout
 from transformers import ResNetConfig
 
 import hf_xcv

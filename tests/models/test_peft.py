@@ -8,9 +8,9 @@ import json
 import pytest
 import torch
 from helpers import check, run_python
+from model_testing import HEADS, assert_close_at_scale, main_output, make_inputs, tiny_config
 from peft import LoraConfig, PeftModel, get_peft_model
 from peft.utils import constants
-from test_models_common import HEADS, assert_close_at_scale, main_output, make_inputs, tiny_config
 
 from hf_xcv import MODEL_TYPES
 from hf_xcv.integrations import ADAPTER_MODULE_NAMES

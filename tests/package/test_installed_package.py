@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 import torch
 import transformers
+from helpers import REPO_ROOT
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = REPO_ROOT
 
 
 def run(command: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess:

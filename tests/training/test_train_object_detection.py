@@ -7,15 +7,14 @@ from __future__ import annotations
 import json
 import os
 from functools import partial
-from pathlib import Path
 
 import pytest
 import torch
 import yaml
-from helpers import accelerate_launcher, check, run_script
+from helpers import REPO_ROOT, accelerate_launcher, check, run_script
 from safetensors.torch import load_file
 
-SCRIPT = Path(__file__).resolve().parents[1] / "training" / "train_object_detection.py"
+SCRIPT = REPO_ROOT / "training" / "train_object_detection.py"
 run = partial(run_script, SCRIPT)
 # Small and quick: 24 scenes in batches of 8, 48-64 px, the tiny test DETR.
 QUICK = [

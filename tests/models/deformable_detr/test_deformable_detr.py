@@ -11,7 +11,7 @@ import math
 import pytest
 import torch
 import transformers
-from test_detr import assert_same_detections, padded_batch, randomize_norms
+from detection_testing import assert_same_detections, padded_batch, randomize_norms
 from transformers import AutoImageProcessor, AutoModelForObjectDetection
 from transformers.models.deformable_detr.modeling_deformable_detr import (
     MultiScaleDeformableAttention as TransformersMSDA,

@@ -5,12 +5,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 
 import pytest
-from helpers import load_script
+from helpers import REPO_ROOT, load_script
 
-bench = load_script(Path(__file__).resolve().parents[1] / "benchmarks" / "bench_lra.py")
+bench = load_script(REPO_ROOT / "benchmarks" / "bench_lra.py")
 Row = bench.cost.Row
 
 

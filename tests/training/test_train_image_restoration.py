@@ -8,53 +8,18 @@ import json
 from functools import partial
 from pathlib import Path
 
-import numpy as np
 import PIL.Image
 import pytest
 import torch
 import yaml
-from helpers import accelerate_launcher, check, run_script
+from helpers import REPO_ROOT, accelerate_launcher, check, run_script
 from safetensors.torch import load_file
 
-SCRIPT = Path(__file__).resolve().parents[1] / "training" / "train_image_restoration.py"
+SCRIPT = REPO_ROOT / "training" / "train_image_restoration.py"
 run = partial(run_script, SCRIPT)
 HUB_REPO = "testuser/ttsr-photos-run"
 QUICK = ["--preset", "ttsr-test-tiny", "--crop_size", "32", "--per_device_train_batch_size", "4",
          "--eval_every_epochs", "0", "--disable_tqdm", "--pictures", "2"]  # fmt: skip
-
-
-@pytest.fixture(scope="module")
-def module_env(tmp_path_factory):
-    import os
-
-    return dict(os.environ, HF_HOME=str(tmp_path_factory.mktemp("hf-home")))
-
-
-def photo_crop(name: str, top: int, left: int, size: tuple[int, int]) -> PIL.Image.Image:
-    from hf_xcv.data import load_photo
-
-    pixels = load_photo(name)[top : top + size[0], left : left + size[1]]
-    return PIL.Image.fromarray(np.ascontiguousarray(pixels))
-
-
-@pytest.fixture(scope="module")
-def folder(tmp_path_factory) -> Path:
-    """A user folder: train / validation / test splits of HR images with references (parts of scikit-image's
-    photos, overlapping their HR images), small enough to score in a moment."""
-    root = tmp_path_factory.mktemp("folder")
-    layout = {
-        "train": [("astronaut", 0, 0), ("astronaut", 200, 240), ("camera", 100, 100), ("brick", 0, 300)],
-        "validation": [("rocket", 100, 200)],
-        "test": [("coffee", 100, 200), ("chelsea", 50, 100)],
-    }
-    for split, crops in layout.items():
-        for sub in ("hr", "ref"):
-            (root / split / sub).mkdir(parents=True)
-        for index, (name, top, left) in enumerate(crops):
-            size = (64, 64) if split == "train" else (48, 44)
-            photo_crop(name, top, left, size).save(root / split / "hr" / f"{name}{index}.png")
-            photo_crop(name, top + 8, left + 12, size).save(root / split / "ref" / f"{name}{index}.png")
-    return root
 
 
 @pytest.fixture(scope="module")

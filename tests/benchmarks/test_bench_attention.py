@@ -5,10 +5,9 @@ Timings are never asserted (a benchmark, not a timed test)."""
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
-from helpers import load_script
+from helpers import REPO_ROOT, load_script
 
 from hf_xcv.attention import attention_kwarg_defaults, available_attention_types, validate_attention_kwargs
 
@@ -17,7 +16,7 @@ LENGTHS = [128, 256]
 
 @pytest.fixture(scope="module")
 def bench():
-    return load_script(Path(__file__).parents[1] / "benchmarks" / "bench_attention.py")
+    return load_script(REPO_ROOT / "benchmarks" / "bench_attention.py")
 
 
 @pytest.fixture(scope="module")

@@ -10,12 +10,12 @@ import subprocess
 import sys
 import textwrap
 from datetime import timedelta
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 import torch
 import torch.distributed as dist
+from helpers import REPO_ROOT
 from transformers.loss.loss_deformable_detr import DeformableDetrForObjectDetectionLoss
 from transformers.loss.loss_for_object_detection import ForObjectDetectionLoss
 
@@ -34,9 +34,6 @@ from hf_xcv.losses import (
     paired_generalized_box_iou,
     sigmoid_focal_loss,
 )
-
-REPO_ROOT = Path(__file__).resolve().parents[1]
-
 
 # ---------------------------------------------------------------------------------------------------------- helpers
 

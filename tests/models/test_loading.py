@@ -9,7 +9,7 @@ import pytest
 import safetensors.torch
 import torch
 import transformers
-from test_models_common import HEADS, entry_kwargs, main_output, make_inputs, serves, tiny_config
+from model_testing import HEADS, entry_kwargs, main_output, make_inputs, serves, tiny_config
 
 import hf_xcv
 from hf_xcv.attention import AttentionCore, available_attention_types, get_attention_class

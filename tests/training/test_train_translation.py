@@ -10,16 +10,15 @@ import os
 import subprocess
 import sys
 from functools import partial
-from pathlib import Path
 
 import pytest
 import torch
 import yaml
-from helpers import accelerate_launcher, check, run_python, run_script
+from helpers import REPO_ROOT, accelerate_launcher, check, run_python, run_script
 from huggingface_hub import HfApi
 from safetensors.torch import load_file
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = REPO_ROOT
 run = partial(run_script, REPO / "training" / "train_translation.py")
 SAMPLES = REPO / "scripts" / "translate_samples.py"
 HUB_REPO = "testuser/numbers-from-script"

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 import transformers
-from test_marian_conversion import build_marian_tokenizer, random_marian
+from marian_testing import build_marian_tokenizer, random_marian
 from transformers import AutoImageProcessor, AutoTokenizer, ViTConfig, ViTForImageClassification
 
 import hf_xcv

@@ -9,7 +9,7 @@ import numpy as np
 import onnxruntime
 import pytest
 import torch
-from test_models_common import MODEL_CASES, assert_close_at_scale, case_id, make_inputs, tiny_config
+from model_testing import MODEL_CASES, assert_close_at_scale, case_id, make_inputs, tiny_config
 from torch.export import Dim
 
 

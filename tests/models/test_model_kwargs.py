@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from test_models_common import MODEL_CASES, case_id, main_output, make_inputs, tiny_config
+from model_testing import MODEL_CASES, case_id, main_output, make_inputs, tiny_config
 
 
 def build(case):

@@ -7,21 +7,19 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
-from conftest import REPO_ROOT
 from distributed_workers import batch, build
-from helpers import free_port
-from test_models_common import HEADS
+from helpers import REPO_ROOT, TESTS_DIR, free_port
+from model_testing import HEADS
 from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     out = tmp_path_factory.mktemp("distributed")
-    script = Path(__file__).parent / "distributed_workers.py"
+    script = TESTS_DIR / "distributed_workers.py"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]))
     result = subprocess.run(
         [sys.executable, str(script), str(out), str(free_port())], env=env, capture_output=True, text=True

@@ -6,17 +6,15 @@ from __future__ import annotations
 
 import json
 from functools import partial
-from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import torch
-from helpers import accelerate_launcher, check, load_script, run_script
+from helpers import REPO_ROOT, accelerate_launcher, check, load_script, run_script
 from safetensors.torch import load_file
-from test_train_image_restoration import folder, module_env  # noqa: F401  (fixtures)
 
-SCRIPT = Path(__file__).resolve().parents[1] / "training" / "train_image_restoration.py"
+SCRIPT = REPO_ROOT / "training" / "train_image_restoration.py"
 run = partial(run_script, SCRIPT)
 TWO_TASKS = '{"tasks": ["sr_x2", "denoise_30"]}'
 QUICK = ["--preset", "ipt-test-tiny", "--config_overrides", TWO_TASKS, "--per_device_train_batch_size", "4",
@@ -24,7 +22,7 @@ QUICK = ["--preset", "ipt-test-tiny", "--config_overrides", TWO_TASKS, "--per_de
 
 
 @pytest.fixture(scope="module")
-def pretrained(tmp_path_factory, module_env):  # noqa: F811
+def pretrained(tmp_path_factory, module_env):
     out = tmp_path_factory.mktemp("ipt") / "run"
     check(run(["--output_dir", str(out), "--max_train_steps", "4", *QUICK], module_env))
     return out
@@ -49,7 +47,7 @@ def test_multi_task_pre_training_scores_every_task_against_its_baseline(pretrain
     assert processor["image_processor_type"] == "IPTImageProcessor" and processor["rgb_range"] == 255
 
 
-def test_fine_tuning_one_task_scores_only_it(pretrained, module_env, tmp_path):  # noqa: F811
+def test_fine_tuning_one_task_scores_only_it(pretrained, module_env, tmp_path):
     out = tmp_path / "ft"
     args = ["--model_name_or_path", str(pretrained), "--tasks", "denoise_30", "--max_train_steps", "2",
             "--per_device_train_batch_size", "2", "--eval_every_epochs", "0", "--disable_tqdm",
@@ -62,7 +60,7 @@ def test_fine_tuning_one_task_scores_only_it(pretrained, module_env, tmp_path): 
     assert not torch.equal(before["tails.denoise_30.conv.weight"], after["tails.denoise_30.conv.weight"])
 
 
-def test_a_users_folder_trains_on_two_processes_and_scores_every_image_once(folder, module_env, tmp_path):  # noqa: F811
+def test_a_users_folder_trains_on_two_processes_and_scores_every_image_once(folder, module_env, tmp_path):
     out = tmp_path / "ddp"
     args = ["--output_dir", str(out), "--dataset", str(folder), "--max_train_steps", "2", *QUICK]
     check(run(args, module_env, accelerate_launcher(2)))
@@ -71,7 +69,7 @@ def test_a_users_folder_trains_on_two_processes_and_scores_every_image_once(fold
     assert results["test"]["num_images"] == 2 and results["validation"]["num_images"] == 1
 
 
-def test_a_folder_of_clean_images_without_references_trains(folder, module_env, tmp_path):  # noqa: F811
+def test_a_folder_of_clean_images_without_references_trains(folder, module_env, tmp_path):
     import shutil
 
     clean = tmp_path / "clean"
@@ -83,7 +81,7 @@ def test_a_folder_of_clean_images_without_references_trains(folder, module_env, 
     assert json.loads((out / "all_results.json").read_text())["test"]["num_images"] == 2
 
 
-def test_resumed_run_ends_with_the_weights_of_an_uninterrupted_one(module_env, tmp_path):  # noqa: F811
+def test_resumed_run_ends_with_the_weights_of_an_uninterrupted_one(module_env, tmp_path):
     """Stop after 3 steps (checkpoints every 2), resume to 5: the tasks, crops and noise drawn replay exactly."""
     common = ["--max_train_steps", "5", "--checkpointing_steps", "2", *QUICK, "--pictures", "0"]
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
@@ -152,13 +150,13 @@ def test_the_recipe_fills_unset_options_per_family():
         (["--config_overrides", '{"tasks": ["sr_x2"], "image_size": 300}'], "too small for sr_x2"),
     ],
 )
-def test_bad_ipt_options_are_refused_before_the_folder_is_claimed(args, message, module_env, tmp_path):  # noqa: F811
+def test_bad_ipt_options_are_refused_before_the_folder_is_claimed(args, message, module_env, tmp_path):
     result = run(["--output_dir", str(tmp_path / "run"), "--max_train_steps", "1", *QUICK, *args], module_env)
     assert result.returncode != 0 and message in result.stderr, result.stderr[-2000:]
     assert not (tmp_path / "run").exists()
 
 
-def test_ttsr_refuses_ipt_options(module_env, tmp_path):  # noqa: F811
+def test_ttsr_refuses_ipt_options(module_env, tmp_path):
     for args, message in ((["--tasks", "sr_x4"], "--tasks is for models of named tasks"),
                           (["--contrastive_loss_weight", "0.1"], "--contrastive_loss_weight is IPT's")):  # fmt: skip
         result = run(["--output_dir", str(tmp_path / "run"), "--preset", "ttsr-test-tiny", *args], module_env)
@@ -193,7 +191,7 @@ def test_every_process_draws_the_same_task_for_a_step():
     assert set.union(*seen.values()) == {"sr_x2", "denoise_30"}  # and both tasks over the steps
 
 
-def test_user_named_tasks_are_refused_before_the_folder_is_claimed(module_env, tmp_path):  # noqa: F811
+def test_user_named_tasks_are_refused_before_the_folder_is_claimed(module_env, tmp_path):
     args = ["--config_overrides", '{"tasks": ["deblur"]}', "--preset", "ipt-test-tiny", "--max_train_steps", "1"]
     result = run(["--output_dir", str(tmp_path / "run"), *args], module_env)
     assert result.returncode != 0 and "['deblur'] have no built-in degradation" in result.stderr, result.stderr[-2000:]

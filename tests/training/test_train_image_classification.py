@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import json
 from functools import partial
-from pathlib import Path
 
 import pytest
 import torch
 import yaml
-from helpers import accelerate_launcher, check, run_script
+from helpers import REPO_ROOT, accelerate_launcher, check, run_script
 from safetensors.torch import load_file
 
-SCRIPT = Path(__file__).resolve().parents[1] / "training" / "train_image_classification.py"
+SCRIPT = REPO_ROOT / "training" / "train_image_classification.py"
 run = partial(run_script, SCRIPT)
 # Small and quick: 256 training images in batches of 32 = 8 batches an epoch.
 QUICK = [
