@@ -71,8 +71,7 @@ from .models.xformer import (
 )
 from .pipelines import ImageRestorationPipeline
 from .presets import PRESETS, preset_config
-
-__version__ = "0.1.0"
+from .version import __version__
 
 register_auto_classes()
 register_peft_defaults({t: e.adapter_module_names for t, e in MODEL_TYPES.items()})  # only when peft is installed

@@ -1,4 +1,4 @@
-"""Config base class and the validators every hf_xcv config uses.
+"""Config base class and the validators only configs use (the general ones are :mod:`hf_xcv.utils.checks`).
 
 Configs validate themselves on construction and again before saving; every failure is a
 ``ValueError`` that names the field and what it allows.
@@ -7,8 +7,7 @@ Configs validate themselves on construction and again before saving; every failu
 from __future__ import annotations
 
 import dataclasses
-import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -22,31 +21,7 @@ from .attention import (
     check_capabilities,
     validate_attention_kwargs,
 )
-
-
-def check_int(name: str, value: Any, minimum: int = 1) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
-
-
-def check_size(name: str, value: Any) -> None:
-    """A positive int or a (height, width) pair of positive ints."""
-    items = list(value) if isinstance(value, (list, tuple)) else [value]
-    if isinstance(value, (list, tuple)) and len(items) != 2:
-        raise ValueError(f"{name} must be an int or a (height, width) pair, got {value!r}")
-    for item in items:
-        check_int(name, item)
-
-
-def check_probability(name: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
-        raise ValueError(f"{name} must be a probability in [0, 1), got {value!r}")
-
-
-def check_positive_float(name: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (value > 0 and math.isfinite(value)):
-        raise ValueError(f"{name} must be a finite positive number, got {value!r}")
-
+from .utils.checks import check_choice
 
 # Keyword arguments every config takes besides its dataclass fields.
 _CONFIG_KWARGS = frozenset({"num_labels", "attn_implementation", "output_attentions"})
@@ -59,17 +34,6 @@ def check_known_fields(config_class: type, overrides: Mapping[str, Any]) -> None
     unknown = sorted(set(overrides) - known)
     if unknown:
         raise ValueError(f"{config_class.__name__} has no field {unknown}; its fields: {sorted(known)}")
-
-
-def check_choice(name: str, value: Any, allowed: Iterable[Any]) -> None:
-    allowed = list(allowed)
-    if value not in allowed:
-        raise ValueError(f"{name}={value!r} is not allowed; allowed values: {allowed}")
-
-
-def check_bool(name: str, value: Any) -> None:
-    if not isinstance(value, bool):
-        raise ValueError(f"{name} must be True or False, got {value!r}")
 
 
 def check_activation(name: str, value: Any) -> None:

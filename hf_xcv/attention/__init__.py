@@ -1,7 +1,7 @@
 """The attention registry: ``full`` plus the efficient "X-former" attentions, one call signature for all.
 
 Each public module registers the entries it is named after; the private ones (``_masks``, ``_blocks``,
-``_patterns``, ``_positions``, ``_kernels``, ``_segments``, ``_settings``, ``_tensors``) hold what several
+``_patterns``, ``_positions``, ``_kernels``, ``_segments``, ``_tensors``) hold what several
 entries share.
 """
 

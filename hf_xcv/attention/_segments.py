@@ -37,7 +37,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ._settings import check_int
+from ..utils.checks import check_int
 from .registry import AttentionCore, Capabilities
 
 
@@ -97,9 +97,9 @@ class RelativeSegmentAttention(AttentionCore):
 
     def __init__(self, num_heads: int, head_dim: int, mem_len: int, clamp_len: int | None):
         super().__init__(num_heads, head_dim)
-        check_int(self.name, "mem_len", mem_len, 0)
+        check_int("mem_len", mem_len, 0, owner=self.owner)
         if clamp_len is not None:
-            check_int(self.name, "clamp_len", clamp_len, 1)
+            check_int("clamp_len", clamp_len, 1, owner=self.owner)
         self.mem_len = mem_len
         self.clamp_len = clamp_len
         width = num_heads * head_dim

@@ -1,4 +1,4 @@
-"""Tensor plumbing the entries share: padding to a block multiple, seeded generators."""
+"""Tensor plumbing the entries share: padding to a block multiple."""
 
 from __future__ import annotations
 
@@ -13,10 +13,3 @@ def pad_to_multiple(x: torch.Tensor, multiple: int, dim: int = 2, value: float =
         return x, 0
     pad = [0, 0] * (x.dim() - 1 - dim % x.dim()) + [0, extra]
     return F.pad(x, pad, value=value), extra
-
-
-def seeded_generator(seed: int | None, device: torch.device | str = "cpu") -> torch.Generator | None:
-    """A generator seeded with ``seed`` on ``device``; None (torch's global generator) when seed is None."""
-    if seed is None:
-        return None
-    return torch.Generator(device=device).manual_seed(int(seed))

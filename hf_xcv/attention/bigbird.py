@@ -31,9 +31,9 @@ from typing import Any
 
 import torch
 
+from ..utils.checks import check_int
 from ._patterns import KeySet, SparsePattern, SparsePatternAttention, make_pattern
 from ._positions import block_positions, neighbour_positions, positions_after_prefix, shift_body, with_prefix
-from ._settings import check_int
 from .registry import Capabilities, register_attention
 
 
@@ -63,12 +63,12 @@ class BigBirdAttention(SparsePatternAttention):
         self, num_heads: int, head_dim: int, block_size: int = 64, num_random_blocks: int = 3, seed: int | None = None
     ):
         super().__init__(num_heads, head_dim)
-        self.block_size = check_int(self.name, "block_size", block_size, 1)
-        self.num_random_blocks = check_int(self.name, "num_random_blocks", num_random_blocks, 0)
+        self.block_size = check_int("block_size", block_size, 1, owner=self.owner)
+        self.num_random_blocks = check_int("num_random_blocks", num_random_blocks, 0, owner=self.owner)
         if seed is None:
             # On the CPU explicitly: models may be built under a meta-device context (from_pretrained).
             seed = int(torch.randint(0, 2**62, (), device="cpu"))
-        check_int(self.name, "seed", seed, 0)
+        check_int("seed", seed, 0, owner=self.owner)
         self.register_buffer("random_seed", torch.tensor(seed, dtype=torch.long))
 
     @classmethod

@@ -12,9 +12,9 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..utils.checks import check_int
 from ._masks import dense_attention
 from ._segments import CompressiveMemory, RelativeSegmentAttention, join_keep, last
-from ._settings import check_int
 from .registry import AttentionCall, AttentionOutput, register_attention
 
 
@@ -118,8 +118,8 @@ class CompressiveAttention(RelativeSegmentAttention):
         clamp_len: int | None = None,
     ):
         super().__init__(num_heads, head_dim, mem_len, clamp_len)
-        check_int(self.name, "cmem_len", cmem_len, 0)
-        check_int(self.name, "compression_rate", compression_rate, 1)
+        check_int("cmem_len", cmem_len, 0, owner=self.owner)
+        check_int("compression_rate", compression_rate, 1, owner=self.owner)
         if compression not in MemoryCompressor.MODES:
             raise ValueError(f"compression must be one of {MemoryCompressor.MODES}, got {compression!r}")
         self.cmem_len = cmem_len

@@ -27,8 +27,8 @@ from typing import Any
 
 import torch
 
+from ..utils.checks import check_int
 from ._patterns import SparsePattern, SparsePatternAttention, window_mask, window_pattern
-from ._settings import check_int
 from .registry import Capabilities, register_attention
 
 
@@ -56,8 +56,8 @@ class ETCAttention(SparsePatternAttention):
 
     def __init__(self, num_heads: int, head_dim: int, local_radius: int = 84, num_global_tokens: int = 0):
         super().__init__(num_heads, head_dim)
-        self.local_radius = check_int(self.name, "local_radius", local_radius, 0)
-        self.num_global_tokens = check_int(self.name, "num_global_tokens", num_global_tokens, 0)
+        self.local_radius = check_int("local_radius", local_radius, 0, owner=self.owner)
+        self.num_global_tokens = check_int("num_global_tokens", num_global_tokens, 0, owner=self.owner)
 
     @classmethod
     def exact_kwargs(cls, length: int, grid: tuple[int, int] | None = None) -> dict[str, Any]:

@@ -22,8 +22,8 @@ from typing import Any
 
 import torch
 
+from ..utils.checks import check_int, check_pair
 from ._blocks import BlockLayout, LayoutAttention, grid_problems, local_1d_layout, local_2d_layout, prefix_pattern
-from ._settings import check_int, check_pair
 from .registry import Capabilities, register_attention
 
 
@@ -58,9 +58,9 @@ class LocalAttention(LayoutAttention):
 
     def __init__(self, num_heads: int, head_dim: int, block_size: int = 256, memory_flange: int | None = None):
         super().__init__(num_heads, head_dim)
-        self.block_size = check_int(self.name, "block_size", block_size, 1)
+        self.block_size = check_int("block_size", block_size, 1, owner=self.owner)
         if memory_flange is not None:
-            check_int(self.name, "memory_flange", memory_flange, 0)
+            check_int("memory_flange", memory_flange, 0, owner=self.owner)
         self.memory_flange = memory_flange
 
     def flange(self, causal: bool) -> int:
@@ -128,8 +128,8 @@ class Local2DAttention(LayoutAttention):
         memory_flange: tuple[int, int] = (8, 16),
     ):
         super().__init__(num_heads, head_dim)
-        self.query_shape = check_pair(self.name, "query_shape", query_shape, 1)
-        self.memory_flange = check_pair(self.name, "memory_flange", memory_flange, 0)
+        self.query_shape = check_pair("query_shape", query_shape, 1, owner=self.owner)
+        self.memory_flange = check_pair("memory_flange", memory_flange, 0, owner=self.owner)
 
     @classmethod
     def exact_kwargs(cls, length: int, grid: tuple[int, int] | None = None) -> dict[str, Any] | None:

@@ -30,8 +30,8 @@ from typing import Any
 
 import torch
 
+from ..utils.checks import check_int
 from ._patterns import SPARSE_CAPABILITIES, SparsePattern, SparsePatternAttention, window_mask, window_pattern
-from ._settings import check_int
 from .registry import register_attention
 
 
@@ -56,14 +56,14 @@ class LongformerAttention(SparsePatternAttention):
         self, num_heads: int, head_dim: int, attention_window: int = 512, dilation: int = 1, num_global_tokens: int = 0
     ):
         super().__init__(num_heads, head_dim)
-        self.attention_window = check_int(self.name, "attention_window", attention_window, 2)
+        self.attention_window = check_int("attention_window", attention_window, 2, owner=self.owner)
         if attention_window % 2:
             raise ValueError(
                 f"attention_type={self.name!r}: attention_window must be even (the full window, "
                 f"attention_window / 2 keys on each side), got {attention_window}"
             )
-        self.dilation = check_int(self.name, "dilation", dilation, 1)
-        self.num_global_tokens = check_int(self.name, "num_global_tokens", num_global_tokens, 0)
+        self.dilation = check_int("dilation", dilation, 1, owner=self.owner)
+        self.num_global_tokens = check_int("num_global_tokens", num_global_tokens, 0, owner=self.owner)
 
     @property
     def window(self) -> int:

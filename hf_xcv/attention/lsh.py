@@ -41,9 +41,10 @@ from typing import Any, NamedTuple
 import torch
 import torch.nn.functional as F
 
+from ..utils.checks import check_bool, check_int
+from ..utils.generators import as_generator
 from ._masks import bias_per_head, masked_softmax
-from ._settings import check_bool, check_int
-from ._tensors import pad_to_multiple, seeded_generator
+from ._tensors import pad_to_multiple
 from .registry import AttentionCall, AttentionCore, AttentionOutput, Capabilities, register_attention
 
 # Logit that replaces a token's attention to itself under shared query-key (trax / transformers value).
@@ -151,17 +152,17 @@ class LSHAttention(AttentionCore):
         seed: int | None = 0,
     ):
         super().__init__(num_heads, head_dim)
-        check_int(self.name, "chunk_length", chunk_length, 1)
-        if num_buckets is not None and (check_int(self.name, "num_buckets", num_buckets, 2) % 2):
+        check_int("chunk_length", chunk_length, 1, owner=self.owner)
+        if num_buckets is not None and (check_int("num_buckets", num_buckets, 2, owner=self.owner) % 2):
             raise ValueError(f"num_buckets must be an even integer >= 2 (or None), got {num_buckets}")
-        check_int(self.name, "n_hashes", n_hashes, 1)
-        check_int(self.name, "chunks_before", chunks_before, 0)
-        check_int(self.name, "chunks_after", chunks_after, 0)
-        check_bool(self.name, "shared_qk", shared_qk)
+        check_int("n_hashes", n_hashes, 1, owner=self.owner)
+        check_int("chunks_before", chunks_before, 0, owner=self.owner)
+        check_int("chunks_after", chunks_after, 0, owner=self.owner)
+        check_bool("shared_qk", shared_qk, owner=self.owner)
         if scale_logits is not None:
-            check_bool(self.name, "scale_logits", scale_logits)
+            check_bool("scale_logits", scale_logits, owner=self.owner)
         if seed is not None:
-            check_int(self.name, "seed", seed, 0)
+            check_int("seed", seed, 0, owner=self.owner)
         self.chunk_length = chunk_length
         self.num_buckets = num_buckets
         self.n_hashes = n_hashes
@@ -189,7 +190,8 @@ class LSHAttention(AttentionCore):
     def _rotations(self, head_dim: int, num_buckets: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
         """(H, D, n_hashes, num_buckets / 2) Gaussian rotations, drawn like transformers' Reformer draws them."""
         shape = (self.num_heads, head_dim, self.n_hashes, num_buckets // 2)
-        return torch.randn(shape, generator=seeded_generator(self.seed, device), device=device, dtype=dtype)
+        generator = as_generator(self.seed, "torch", device=device, none="global")
+        return torch.randn(shape, generator=generator, device=device, dtype=dtype)
 
     def _chunk_length(self, length: int) -> int:
         return length if length <= self.chunk_length else self.chunk_length

@@ -32,8 +32,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..utils.checks import check_int
 from ._blocks import attend_layout, local_1d_layout
-from ._settings import check_int
 from .registry import AttentionCall, AttentionCore, AttentionOutput, Capabilities, register_attention
 
 
@@ -90,8 +90,8 @@ class MemoryCompressedAttention(AttentionCore):
 
     def __init__(self, num_heads: int, head_dim: int, compression: int = 3, block_size: int = 256):
         super().__init__(num_heads, head_dim)
-        self.compression = check_int(self.name, "compression", compression, 1)
-        self.block_size = check_int(self.name, "block_size", block_size, 0)
+        self.compression = check_int("compression", compression, 1, owner=self.owner)
+        self.block_size = check_int("block_size", block_size, 0, owner=self.owner)
         mean = torch.eye(head_dim).expand(num_heads, compression, head_dim, head_dim) / compression
         self.key_conv_weight = nn.Parameter(mean.clone())  # (H, r, D, D)
         self.value_conv_weight = nn.Parameter(mean.clone())  # (H, r, D, D)

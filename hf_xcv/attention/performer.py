@@ -10,8 +10,8 @@ import math
 
 import torch
 
+from ..utils.generators import as_generator
 from ._kernels import KernelAttention
-from ._tensors import seeded_generator
 from .registry import register_attention
 
 
@@ -86,14 +86,14 @@ class PerformerAttention(KernelAttention):
         self.seed = seed
         self.redraws = 0  # feature draws after construction; the seed of draw r is seed + r
         self.calls_since_redraw = 0
-        projection = orthogonal_gaussian_features(nb_features, head_dim, seeded_generator(seed))
+        projection = orthogonal_gaussian_features(nb_features, head_dim, as_generator(seed, "torch", none="global"))
         self.register_buffer("projection", projection, persistent=True)  # (M, head_dim)
 
     @torch.no_grad()
     def redraw_features_(self) -> None:
         """Replace the random features by a fresh draw (seeded by ``seed + number of redraws`` when seeded)."""
         self.redraws += 1
-        generator = seeded_generator(None if self.seed is None else self.seed + self.redraws)
+        generator = as_generator(None if self.seed is None else self.seed + self.redraws, "torch", none="global")
         fresh = orthogonal_gaussian_features(self.nb_features, self.head_dim, generator)
         self.projection.copy_(fresh)
 

@@ -206,6 +206,11 @@ class AttentionCore(nn.Module):
         self.head_dim = head_dim
         self.attention_kwargs: dict[str, Any] = {}  # the settings it was built with (set by build_attention)
 
+    @property
+    def owner(self) -> str:
+        """How a refused setting names the entry it belongs to (``attention_type='lsh'``)."""
+        return f"attention_type={self.name!r}"
+
     def _own_tensors(self) -> Iterator[tuple[str, torch.Tensor]]:
         """The core's parameters and buffers, except those of standard layers (Linear, LayerNorm, Embedding),
         which a model's ``_init_weights`` initialises like any other."""

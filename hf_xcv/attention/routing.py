@@ -32,8 +32,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from ..utils.checks import check_float, check_int
 from ._masks import bias_per_head, masked_softmax
-from ._settings import check_float, check_int
 from .registry import AttentionCall, AttentionCore, AttentionOutput, Capabilities, register_attention
 
 
@@ -88,11 +88,11 @@ class RoutingAttention(AttentionCore):
         commitment: float = 1e-4,
     ):
         super().__init__(num_heads, head_dim)
-        check_int(self.name, "num_clusters", num_clusters, 1)
+        check_int("num_clusters", num_clusters, 1, owner=self.owner)
         if window_size is not None:
-            check_int(self.name, "window_size", window_size, 1)
-        check_float(self.name, "ema_decay", ema_decay, 0.0, 1.0)
-        check_float(self.name, "commitment", commitment, 0.0)
+            check_int("window_size", window_size, 1, owner=self.owner)
+        check_float("ema_decay", ema_decay, 0.0, 1.0, owner=self.owner)
+        check_float("commitment", commitment, 0.0, owner=self.owner)
         self.num_clusters = num_clusters
         self.window_size = window_size
         self.ema_decay = ema_decay

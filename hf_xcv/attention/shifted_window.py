@@ -31,8 +31,8 @@ from torch import nn
 from torch.nn import functional as F
 from transformers import initialization as init
 
+from ..utils.checks import check_bool, check_int
 from ._masks import bias_at, dense_attention, masked_softmax
-from ._settings import check_bool, check_int
 from .registry import AttentionCall, AttentionCore, AttentionOutput, Capabilities, register_attention
 
 REGION_BIAS = -100.0  # between tokens of different regions of a shifted window (the original code's value)
@@ -185,14 +185,14 @@ class ShiftedWindowAttention(AttentionCore):
         self, num_heads: int, head_dim: int, window_size: int = 7, shift_size: int = 0, shrink_to_grid: bool = True
     ):
         super().__init__(num_heads, head_dim)
-        self.window_size = check_int(self.name, "window_size", window_size, 1)
-        self.shift_size = check_int(self.name, "shift_size", shift_size, 0)
+        self.window_size = check_int("window_size", window_size, 1, owner=self.owner)
+        self.shift_size = check_int("shift_size", shift_size, 0, owner=self.owner)
         if self.shift_size >= self.window_size:
             raise ValueError(
                 f"attention_type={self.name!r}: shift_size must be smaller than window_size ({window_size}), got "
                 f"{shift_size}"
             )
-        self.shrink_to_grid = check_bool(self.name, "shrink_to_grid", shrink_to_grid)
+        self.shrink_to_grid = check_bool("shrink_to_grid", shrink_to_grid, owner=self.owner)
         # Window layouts and table indices by grid (small integer tensors; rebuilt while tracing, never cached there).
         self._layouts: dict[tuple, Any] = {}
         self.relative_position_bias_table = nn.Parameter(torch.empty((2 * window_size - 1) ** 2, num_heads))

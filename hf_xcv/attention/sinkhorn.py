@@ -33,9 +33,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..utils.checks import check_float, check_int
+from ..utils.generators import as_generator
 from ._masks import masked_softmax
-from ._settings import check_float, check_int
-from ._tensors import pad_to_multiple, seeded_generator
+from ._tensors import pad_to_multiple
 from .registry import AttentionCall, AttentionCore, AttentionOutput, Capabilities, register_attention
 
 
@@ -98,11 +99,11 @@ class SinkhornAttention(AttentionCore):
         seed: int | None = None,
     ):
         super().__init__(num_heads, head_dim)
-        check_int(self.name, "block_size", block_size, 1)
-        check_int(self.name, "max_blocks", max_blocks, 1)
-        if check_float(self.name, "temperature", temperature, 0.0) == 0.0:
+        check_int("block_size", block_size, 1, owner=self.owner)
+        check_int("max_blocks", max_blocks, 1, owner=self.owner)
+        if check_float("temperature", temperature, 0.0, owner=self.owner) == 0.0:
             raise ValueError(f"attention_type={self.name!r}: temperature must be > 0, got {temperature}")
-        check_int(self.name, "sinkhorn_iters", sinkhorn_iters, 0)
+        check_int("sinkhorn_iters", sinkhorn_iters, 0, owner=self.owner)
         if seed is not None and not isinstance(seed, int):
             raise ValueError(f"seed must be an integer or None, got {seed!r}")
         self.block_size = block_size
@@ -160,7 +161,7 @@ class SinkhornAttention(AttentionCore):
         logits = self.sort_logits(keys, valid, causal)
         logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
         if self.training:
-            generator = seeded_generator(self.seed, logits.device)
+            generator = as_generator(self.seed, "torch", device=logits.device, none="global")
             logits = logits + gumbel_noise(logits.shape, generator, logits.dtype, logits.device)
         num_blocks = logits.shape[-1]
         allowed = torch.ones(num_blocks, num_blocks, dtype=torch.bool, device=logits.device)

@@ -32,9 +32,9 @@ from typing import Any
 
 import torch
 
+from ..utils.checks import check_int
 from ._patterns import SPARSE_CAPABILITIES, KeySet, SparsePattern, SparsePatternAttention, make_pattern
 from ._positions import block_positions, neighbour_positions, positions_after_prefix, shift_body, with_prefix
-from ._settings import check_int
 from .registry import register_attention
 
 
@@ -55,7 +55,7 @@ class StridedSparseAttention(SparsePatternAttention):
 
     def __init__(self, num_heads: int, head_dim: int, stride: int = 128):
         super().__init__(num_heads, head_dim)
-        self.stride = check_int(self.name, "stride", stride, 1)
+        self.stride = check_int("stride", stride, 1, owner=self.owner)
 
     @classmethod
     def exact_kwargs(cls, length: int, grid: tuple[int, int] | None = None) -> dict[str, Any]:
@@ -110,8 +110,8 @@ class FixedSparseAttention(SparsePatternAttention):
 
     def __init__(self, num_heads: int, head_dim: int, block_size: int = 128, summary_cells: int = 32):
         super().__init__(num_heads, head_dim)
-        self.block_size = check_int(self.name, "block_size", block_size, 1)
-        self.summary_cells = check_int(self.name, "summary_cells", summary_cells, 1)
+        self.block_size = check_int("block_size", block_size, 1, owner=self.owner)
+        self.summary_cells = check_int("summary_cells", summary_cells, 1, owner=self.owner)
         if summary_cells > block_size:
             raise ValueError(
                 f"attention_type={self.name!r}: summary_cells ({summary_cells}) must not exceed block_size "

@@ -22,8 +22,8 @@ import math
 import torch
 from torch import nn
 
+from ..utils.checks import check_int
 from ._masks import causal_keep_mask, key_keep_rows, masked_softmax
-from ._settings import check_int
 from .registry import AttentionCall, AttentionCore, AttentionOutput, Capabilities, register_attention
 
 _SYNTHESIZER_CAPABILITIES = Capabilities(
@@ -48,7 +48,7 @@ class _Synthesizer(AttentionCore):
 
     def __init__(self, num_heads: int, head_dim: int, max_length: int, mix_dot_product: bool):
         super().__init__(num_heads, head_dim)
-        self.max_length = check_int(self.name, "max_length", max_length, 1)
+        self.max_length = check_int("max_length", max_length, 1, owner=self.owner)
         if not isinstance(mix_dot_product, bool):
             raise ValueError(f"mix_dot_product must be True or False, got {mix_dot_product!r}")
         self.mix_dot_product = mix_dot_product
@@ -113,7 +113,7 @@ class DenseSynthesizerAttention(_Synthesizer):
         mix_dot_product: bool = False,
     ):
         super().__init__(num_heads, head_dim, max_length, mix_dot_product)
-        hidden = head_dim if hidden_dim is None else check_int(self.name, "hidden_dim", hidden_dim, 1)
+        hidden = head_dim if hidden_dim is None else check_int("hidden_dim", hidden_dim, 1, owner=self.owner)
         if factors is not None and not factorized:
             raise ValueError(f"factors={factors!r} is set but factorized=False; set factorized=True or drop factors")
         self.factorized = factorized
@@ -123,7 +123,7 @@ class DenseSynthesizerAttention(_Synthesizer):
                 factors = (a, -(-max_length // a))
             if not isinstance(factors, (tuple, list)) or len(factors) != 2:
                 raise ValueError(f"factors must be two positive integers (a, b), got {factors!r}")
-            a, b = (check_int(self.name, "factors", f, 1) for f in factors)
+            a, b = (check_int("factors", f, 1, owner=self.owner) for f in factors)
             if a * b < max_length:
                 raise ValueError(f"factors {a} x {b} = {a * b} do not cover max_length={max_length}")
             self.factors = (a, b)
@@ -194,7 +194,7 @@ class RandomSynthesizerAttention(_Synthesizer):
         if rank is not None and not factorized:
             raise ValueError(f"rank={rank!r} is set but factorized=False; set factorized=True or drop rank")
         self.trainable, self.factorized = trainable, factorized
-        self.rank = (32 if rank is None else check_int(self.name, "rank", rank, 1)) if factorized else None
+        self.rank = (32 if rank is None else check_int("rank", rank, 1, owner=self.owner)) if factorized else None
         if factorized:
             std = self.rank**-0.25
             tables = {"left": torch.randn(num_heads, max_length, self.rank) * std}

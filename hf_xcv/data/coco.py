@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 from datasets import Dataset, DatasetDict
 
+from ..utils.checks import is_integer
 from .shapes import GAP_NAME, detection_features, detection_label_names
 
 ANNOTATION_PREFIX = "instances_"
@@ -117,10 +118,6 @@ def write_coco_detection(dataset_dict: DatasetDict | Mapping[str, Dataset], outp
 # ----------------------------------------------------------------------------------------------- reading
 
 
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
 def _read_json(path: Path) -> dict[str, Any]:
     if not path.is_file():
         raise FileNotFoundError(f"COCO annotation file {path} does not exist")
@@ -142,7 +139,7 @@ def _label_names(categories: list[Any], path: Path) -> list[str]:
     """Names indexed by category id, ``"N/A"`` where no category has the id."""
     names: dict[int, str] = {}
     for category in categories:
-        if not (isinstance(category, dict) and _is_int(category.get("id")) and category["id"] >= 0):
+        if not (isinstance(category, dict) and is_integer(category.get("id")) and category["id"] >= 0):
             raise ValueError(f"{path}: category {category!r} needs an integer 'id' >= 0")
         if not isinstance(category.get("name"), str):
             raise ValueError(f"{path}: category {category['id']} has no 'name' string")
@@ -164,9 +161,9 @@ def _image_entries(images: list[Any], image_dir: Path, path: Path) -> dict[int, 
     """Image id -> entry (in file order), every listed file checked to exist."""
     entries: dict[int, dict[str, Any]] = {}
     for entry in images:
-        if not (isinstance(entry, dict) and _is_int(entry.get("id")) and isinstance(entry.get("file_name"), str)):
+        if not (isinstance(entry, dict) and is_integer(entry.get("id")) and isinstance(entry.get("file_name"), str)):
             raise ValueError(f"{path}: image entry {entry!r} needs an integer 'id' and a 'file_name'")
-        if not (_is_int(entry.get("width")) and _is_int(entry.get("height"))):
+        if not (is_integer(entry.get("width")) and is_integer(entry.get("height"))):
             raise ValueError(f"{path}: image {entry['id']} needs integer 'width' and 'height'")
         if entry["id"] in entries:
             raise ValueError(f"{path}: image id {entry['id']} appears twice")
@@ -188,14 +185,14 @@ def _check_bbox(bbox: Any, where: str) -> list[float]:
 
 
 def _annotation_row(annotation: Any, label_names: list[str], image_ids: Mapping[int, Any], path: Path) -> dict:
-    if not (isinstance(annotation, dict) and _is_int(annotation.get("id"))):
+    if not (isinstance(annotation, dict) and is_integer(annotation.get("id"))):
         raise ValueError(f"{path}: annotation {annotation!r} has no integer 'id'")
     where = f"{path}: annotation {annotation['id']}"
     image_id = annotation.get("image_id")
-    if not _is_int(image_id) or image_id not in image_ids:
+    if not is_integer(image_id) or image_id not in image_ids:
         raise ValueError(f"{where} refers to image_id {image_id!r}, which has no entry in 'images'")
     category_id = annotation.get("category_id")
-    if not _is_int(category_id) or not 0 <= category_id < len(label_names) or label_names[category_id] == GAP_NAME:
+    if not is_integer(category_id) or not 0 <= category_id < len(label_names) or label_names[category_id] == GAP_NAME:
         known = [index for index, name in enumerate(label_names) if name != GAP_NAME]
         raise ValueError(f"{where} (image {image_id}) has category_id {category_id!r}, not one of {known}")
     bbox = _check_bbox(annotation.get("bbox"), f"{where} (image {image_id})")

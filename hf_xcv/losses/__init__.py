@@ -1,6 +1,6 @@
 """Training losses shared by the hf_xcv models."""
 
-from .box_ops import (
+from ..utils.box_ops import (
     box_area,
     box_cxcywh_to_xyxy,
     box_iou,

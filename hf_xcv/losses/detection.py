@@ -18,7 +18,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn import functional as F
 
-from .box_ops import box_cxcywh_to_xyxy, paired_generalized_box_iou
+from ..utils.box_ops import box_cxcywh_to_xyxy, paired_generalized_box_iou
 from .matcher import HungarianMatcher, Matching, Targets, check_inputs
 
 CLASS_LOSSES = ("softmax", "focal")

@@ -16,7 +16,7 @@ import torch
 from scipy.optimize import linear_sum_assignment
 from torch.nn.utils.rnn import pad_sequence
 
-from .box_ops import box_cxcywh_to_xyxy, check_boxes, generalized_box_iou, invalid_boxes
+from ..utils.box_ops import box_cxcywh_to_xyxy, check_boxes, generalized_box_iou, invalid_boxes
 
 CLASS_COST_TYPES = ("softmax", "focal")
 _PAD_BOX = 0.5  # padded target boxes are (0.5, 0.5, 0.5, 0.5) cxcywh: valid, so padding never makes a NaN

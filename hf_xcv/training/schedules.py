@@ -14,7 +14,7 @@ import functools
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LambdaLR
 
-from ..configuration_utils import check_int, check_positive_float
+from ..utils.checks import check_int, check_positive_float
 
 
 def noam_factor(step: int, d_model: int, warmup_steps: int, factor: float = 1.0) -> float:

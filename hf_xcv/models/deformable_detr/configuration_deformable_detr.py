@@ -8,13 +8,8 @@ from typing import Any
 from transformers import AutoConfig
 from transformers.configuration_utils import SubConfigSpec
 
-from ...configuration_utils import (
-    check_attention,
-    check_attention_serves,
-    check_bool,
-    check_int,
-    check_probability,
-)
+from ...configuration_utils import check_attention, check_attention_serves
+from ...utils.checks import check_bool, check_int, check_probability
 from ..detr.configuration_detr import DetrConfig, _non_negative
 
 # What the decoder's self-attention over the object queries asks of its core: nothing beyond plain attention

@@ -7,17 +7,8 @@ from typing import Any
 from transformers import AutoConfig, PretrainedConfig
 from transformers.configuration_utils import SubConfigSpec
 
-from ...configuration_utils import (
-    XcvConfig,
-    check_activation,
-    check_attention,
-    check_attention_serves,
-    check_bool,
-    check_choice,
-    check_int,
-    check_positive_float,
-    check_probability,
-)
+from ...configuration_utils import XcvConfig, check_activation, check_attention, check_attention_serves
+from ...utils.checks import check_bool, check_choice, check_int, check_positive_float, check_probability
 
 # What DETR's encoder asks of its self-attention core: padded pixels masked out of the keys, and the feature
 # map's grid for the entries that attend in two dimensions (local_2d, axial, ...).

@@ -31,8 +31,10 @@ from transformers.image_utils import (
 )
 from transformers.processing_utils import ImagesKwargs
 
-from ...losses.box_ops import box_cxcywh_to_xyxy
 from ...processing import prepare_images
+from ...utils.box_ops import box_cxcywh_to_xyxy
+from ...utils.checks import is_integer
+from ...utils.generators import as_generator
 
 DEFAULT_AUGMENT_SCALES = [480, 512, 544, 576, 608, 640, 672, 704, 736, 768, 800]
 CLASS_ACTIVATIONS = ("softmax", "sigmoid")
@@ -115,12 +117,6 @@ def _annotation_list(annotations: Any, image_id: Any) -> list[Mapping]:
     )
 
 
-def _is_integer(value: Any) -> bool:
-    if isinstance(value, (torch.Tensor, np.ndarray)) and value.ndim == 0:
-        value = value.item()
-    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
-
-
 def _clipped_box(obj: Mapping, where: str, image_size: tuple[int, int]) -> np.ndarray:
     """COCO ``[x, y, w, h]`` -> ``[x0, y0, x1, y1]`` clipped to the image; ValueError for a box that is not one."""
     height, width = image_size
@@ -151,10 +147,10 @@ def _one_annotation(obj: Mapping, where: str, image_size: tuple[int, int]) -> tu
     """(clipped xyxy box, category id, area, iscrowd) of one annotation, each checked."""
     box = _clipped_box(obj, where, image_size)
     category = obj.get("category_id")
-    if not _is_integer(category):
+    if not is_integer(category):
         raise ValueError(f"{where}: 'category_id' must be an integer, got {category!r}")
     iscrowd = obj.get("iscrowd", 0)
-    if not _is_integer(iscrowd) or int(iscrowd) not in (0, 1):
+    if not is_integer(iscrowd) or int(iscrowd) not in (0, 1):
         raise ValueError(f"{where}: 'iscrowd' must be 0 or 1, got {iscrowd!r}")
     # Without an area (custom data often has none), the box area is what COCO evaluation would compute.
     area = obj.get("area", (box[2] - box[0]) * (box[3] - box[1]))
@@ -196,7 +192,7 @@ def coco_target(
             f"(COCO detection format), got {annotation!r:.200}"
         )
     image_id = annotation["image_id"]
-    if not _is_integer(image_id):
+    if not is_integer(image_id):
         raise ValueError(f"annotation of image {index}: 'image_id' must be an integer, got {image_id!r}")
     image_id = int(image_id)
     rows = []
@@ -274,20 +270,12 @@ def random_size_crop_region(
     return top, left, crop_h, crop_w
 
 
-def _as_generator(generator: np.random.Generator | int | None) -> np.random.Generator:
-    if isinstance(generator, np.random.Generator):
-        return generator
-    if generator is None or _is_integer(generator):
-        return np.random.default_rng(None if generator is None else int(generator))
-    raise ValueError(f"generator must be a numpy.random.Generator, an int seed or None, got {type(generator)}")
-
-
 # ----------------------------------------------------------------------------------------------------------------
 # Settings checks
 
 
 def _check_positive_ints(name: str, values: Any, count: int | None = None) -> None:
-    ok = isinstance(values, (list, tuple)) and len(values) > 0 and all(_is_integer(v) and v > 0 for v in values)
+    ok = isinstance(values, (list, tuple)) and len(values) > 0 and all(is_integer(v) and v > 0 for v in values)
     if not ok or (count is not None and len(values) != count):
         length = f"{count} " if count is not None else "a non-empty list of "
         raise ValueError(f"{name} must be {length}positive integers, got {values!r}")
@@ -299,7 +287,7 @@ def check_settings(settings: Mapping[str, Any]) -> None:
     if activation not in CLASS_ACTIVATIONS:
         raise ValueError(f"class_activation must be one of {CLASS_ACTIVATIONS}, got {activation!r}")
     num_labels = settings.get("num_labels")
-    if num_labels is not None and not (_is_integer(num_labels) and num_labels > 0):
+    if num_labels is not None and not (is_integer(num_labels) and num_labels > 0):
         raise ValueError(f"num_labels must be a positive integer or None, got {num_labels!r}")
     _check_positive_ints("augment_scales", settings.get("augment_scales"))
     _check_positive_ints("augment_crop_scales", settings.get("augment_crop_scales"))
@@ -308,7 +296,7 @@ def check_settings(settings: Mapping[str, Any]) -> None:
     if crop_size[0] > crop_size[1]:
         raise ValueError(f"augment_crop_size must be [min, max] with min <= max, got {crop_size!r}")
     max_size = settings.get("augment_max_size")
-    if not (_is_integer(max_size) and max_size > 0):
+    if not (is_integer(max_size) and max_size > 0):
         raise ValueError(f"augment_max_size must be a positive integer, got {max_size!r}")
     prob = settings.get("augment_flip_prob")
     if not isinstance(prob, (int, float)) or isinstance(prob, bool) or not 0 <= prob <= 1:
@@ -328,7 +316,7 @@ def _legacy_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
     if "pad_and_return_pixel_mask" in kwargs:
         kwargs.setdefault("do_pad", kwargs.pop("pad_and_return_pixel_mask"))
     max_size = kwargs.pop("max_size", None)
-    if _is_integer(kwargs.get("size")):
+    if is_integer(kwargs.get("size")):
         kwargs["size"] = {"shortest_edge": int(kwargs["size"]), "longest_edge": max_size or 1333}
     return kwargs
 
@@ -475,7 +463,7 @@ class XcvDetrImageProcessor(PilBackend):
         data_format = getattr(settings["input_data_format"], "value", settings["input_data_format"])
         arrays = prepare_images(images, to_rgb=to_rgb, data_format=data_format)
         annotations = self._annotations_per_image(annotations, len(arrays))
-        rng = _as_generator(generator) if settings["do_augment"] else None
+        rng = as_generator(generator, "numpy") if settings["do_augment"] else None
         pixels, targets = [], []
         for index, image in enumerate(arrays):
             annotation = None if annotations is None else annotations[index]

@@ -6,17 +6,8 @@ from typing import Any
 
 from transformers.backbone_utils import BackboneConfigMixin
 
-from ...configuration_utils import (
-    XcvConfig,
-    check_activation,
-    check_attention,
-    check_attention_serves,
-    check_bool,
-    check_int,
-    check_positive_float,
-    check_probability,
-    check_size,
-)
+from ...configuration_utils import XcvConfig, check_activation, check_attention, check_attention_serves
+from ...utils.checks import check_bool, check_int, check_positive_float, check_probability, check_size
 
 WINDOW_ATTENTION = "shifted_window"
 # What a Swin stage asks of its attention core: self-attention over the stage's token grid.

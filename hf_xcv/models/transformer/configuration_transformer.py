@@ -4,18 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...configuration_utils import (
-    XcvConfig,
-    check_activation,
-    check_attention,
-    check_attention_serves,
-    check_bool,
-    check_choice,
-    check_int,
-    check_positive_float,
-    check_probability,
-)
+from ...configuration_utils import XcvConfig, check_activation, check_attention, check_attention_serves
 from ...layers import SINUSOIDAL_LAYOUTS
+from ...utils.checks import check_bool, check_choice, check_int, check_positive_float, check_probability
 
 POSITION_EMBEDDING_TYPES = ("sinusoidal", "learned")
 # What the encoder-decoder asks of its attention core: padded sources, the causal decoder, attention over the

@@ -4,13 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...configuration_utils import (
-    XcvConfig,
-    check_attention,
-    check_attention_serves,
-    check_int,
-    check_positive_float,
-)
+from ...configuration_utils import XcvConfig, check_attention, check_attention_serves
+from ...utils.checks import check_int, check_positive_float
 
 # What the texture transfer asks of a registry core when one replaces the hard attention (attention_type set): keys
 # (the degraded reference's patches) come from another image than the queries (the upsampled input's).

@@ -4,19 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...configuration_utils import (
-    XcvConfig,
-    check_activation,
-    check_attention,
-    check_attention_serves,
-    check_bool,
-    check_choice,
-    check_int,
-    check_positive_float,
-    check_probability,
-    check_size,
-)
+from ...configuration_utils import XcvConfig, check_activation, check_attention, check_attention_serves
 from ...layers import to_pair
+from ...utils.checks import check_bool, check_choice, check_int, check_positive_float, check_probability, check_size
 
 POOLING_CHOICES = ("cls", "mean")
 # What ViT asks of its attention core: bidirectional attention over the patch grid (the models declare it too).

@@ -6,16 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from ...attention import available_attention_types, get_attention_class
-from ...configuration_utils import (
-    XcvConfig,
-    check_activation,
-    check_attention,
-    check_bool,
-    check_choice,
-    check_int,
-    check_positive_float,
-    check_probability,
-)
+from ...configuration_utils import XcvConfig, check_activation, check_attention
+from ...utils.checks import check_bool, check_choice, check_int, check_positive_float, check_probability
 
 POSITION_EMBEDDING_TYPES = ("learned", "sinusoidal", "none")
 POOLING_TYPES = ("mean", "first", "last", "pma")
