@@ -122,6 +122,7 @@ __all__ = [
     "XFormerForSequenceClassification",
     "XFormerModel",
     "XFormerPreTrainedModel",
+    "__version__",
     "XcvDeformableDetrImageProcessor",
     "XcvDetrImageProcessor",
     "XcvSwinImageProcessor",

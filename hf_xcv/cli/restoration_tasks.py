@@ -2,7 +2,7 @@
 on the fly for one task per batch (multi-task pre-training, as the paper: each batch drawn for one task; a model of
 one task is fine-tuned the same way), and every task scored on the held-out photos next to its baseline.
 
-Degradations are :func:`hf_xcv.data.degradations.degrade`'s (PIL bicubic x s, Gaussian noise, rain streaks), drawn
+Degradations are :func:`hf_xcv.processing.restoration.degrade`'s (PIL bicubic x s, Gaussian noise, rain streaks), drawn
 from torch's RNG inside the training step, which the runner seeds per step: a resumed run replays them exactly. The
 held-out images are degraded with a seed of their own (the same inputs at every evaluation) and restored whole
 (tiled beyond one tile). Baselines: PIL's bicubic upsampling of the low-resolution input for super-resolution, the
@@ -24,6 +24,7 @@ from accelerate.utils import gather_object
 from torch.utils.data import DataLoader
 
 from hf_xcv.metrics import psnr_ssim
+from hf_xcv.processing.restoration import to_uint8
 
 SCORES = ("psnr", "ssim", "baseline_psnr", "baseline_ssim")
 
@@ -80,15 +81,6 @@ def check_crop_size(crop_size: int, model_config: Any, scales: dict[str, int]) -
         )
 
 
-class CleanImageCollator:
-    """Rows of ``image`` (and ``name``) -> the clean images as (3, H, W) uint8 arrays and the rows' names; the
-    degradation happens in the training step (one task per batch) or the evaluation."""
-
-    def __call__(self, rows: list[dict[str, Any]]) -> dict[str, Any]:
-        images = [np.moveaxis(np.asarray(row["image"].convert("RGB")), -1, 0) for row in rows]
-        return {"images": images, "names": [str(row.get("name", index)) for index, row in enumerate(rows)]}
-
-
 def random_view(image: np.ndarray, side: int, augment: bool) -> np.ndarray:
     """A random ``side`` x ``side`` crop of a (3, H, W) image, flipped and turned at random when ``augment`` (draws
     from torch's RNG)."""
@@ -137,12 +129,6 @@ def image_seed(name: str, task: str) -> int:
     return zlib.crc32(f"{name}/{task}".encode())
 
 
-def to_uint8(images: torch.Tensor, rgb_range: float) -> list[np.ndarray]:
-    """(B, 3, H, W) in [0, rgb_range] -> B (H, W, 3) uint8 arrays (the official ``quantize``)."""
-    pixels = (images.detach().float().cpu() * (255.0 / rgb_range)).round().clamp(0, 255).to(torch.uint8)
-    return [image.permute(1, 2, 0).numpy() for image in pixels]
-
-
 def baseline_image(degraded: np.ndarray, scale: int, size: tuple[int, int]) -> np.ndarray:
     """The baseline a restoration must beat: PIL's bicubic upsampling of the input x ``scale``, or the (degraded)
     input itself at scale 1; (H, W, 3) uint8."""
@@ -158,8 +144,9 @@ def restore(model: torch.nn.Module, processor: Any, image: np.ndarray, name: str
     inputs = processor(clean_images=[image], task=task, seed=image_seed(name, task), return_tensors="pt")
     rgb_range = model.config.rgb_range
     output = model(pixel_values=inputs["pixel_values"].to(model.device), task=task).reconstruction
-    degraded, clean = to_uint8(inputs["pixel_values"], rgb_range)[0], to_uint8(inputs["labels"], rgb_range)[0]
-    return {"input": degraded, "output": to_uint8(output, rgb_range)[0], "clean": clean}
+    images = (inputs["pixel_values"], inputs["labels"], output)
+    degraded, clean, output = (to_uint8(x, (0.0, rgb_range))[0] for x in images)
+    return {"input": degraded, "output": output, "clean": clean}
 
 
 @torch.no_grad()

@@ -65,15 +65,17 @@ from hf_xcv.cli import restoration_tasks as tasks_mode
 from hf_xcv.configuration_utils import check_known_fields
 from hf_xcv.conversion import load_config_dict
 from hf_xcv.data import load_photos_dataset, load_restoration_folder, training_crops
+from hf_xcv.data.restoration import CleanImageCollator, RestorationCollator
 from hf_xcv.metrics import psnr_ssim
 from hf_xcv.presets import PRESETS
+from hf_xcv.processing.restoration import SCALE, to_uint8
 from hf_xcv.training import TEMPLATES, TrainerState, runner
 from hf_xcv.visualization import restoration_panel
 
 TEMPLATE = TEMPLATES / "image_restoration.md"
 PICTURES = "restorations.png"
 DEFAULT_PRESET = "ttsr-photos"
-SCALE = 4
+TTSR_RANGE = (-1.0, 1.0)  # TTSR's values
 LOSS_CHOICES = ("rec", "all")
 # The model types this script trains: those with an image-to-image head.
 RESTORATION_TYPES = sorted(t for t, e in MODEL_TYPES.items() if "AutoModelForImageToImage" in e.heads)
@@ -361,22 +363,6 @@ def build_processor(args: ModelArguments, config: Any) -> Any:
     return processor
 
 
-class RestorationCollator:
-    """Rows of ``image`` (HR), ``reference`` (and ``name``) -> the processor's tensors and ``labels`` (the HR
-    images), with the rows' names under ``names``."""
-
-    def __init__(self, processor: Any):
-        self.processor = processor
-
-    def __call__(self, rows: list[dict[str, Any]]) -> dict[str, Any]:
-        batch = self.processor(
-            high_resolution_images=[row["image"] for row in rows],
-            references=[row["reference"] for row in rows],
-            return_tensors="pt",
-        )
-        return {**batch, "names": [str(row.get("name", index)) for index, row in enumerate(rows)]}
-
-
 def build_dataloaders(data: DatasetDict, collator: Any, data_args: DataArguments, args: TrainArguments):
     splits = [data[split] for split in ("train", data_args.eval_split, data_args.test_split)]
     return runner.build_dataloaders(splits, args, collator)
@@ -427,12 +413,6 @@ def model_inputs(batch: dict[str, Any]) -> dict[str, torch.Tensor]:
     return {key: batch[key] for key in INPUT_KEYS}
 
 
-def to_uint8(images: torch.Tensor) -> list[np.ndarray]:
-    """(B, 3, H, W) in [-1, 1] -> B (H, W, 3) uint8 arrays, rounded as the original saves its outputs."""
-    pixels = ((images.detach().float().cpu() + 1.0) * 127.5).round().clamp(0, 255).to(torch.uint8)
-    return [image.permute(1, 2, 0).numpy() for image in pixels]
-
-
 @torch.no_grad()
 def restore_split(accelerator: Accelerator, model: torch.nn.Module, loader: DataLoader) -> list[dict[str, Any]]:
     """Every image's scores (and its bicubic baseline's), gathered from every process, one row per image name (a
@@ -441,9 +421,8 @@ def restore_split(accelerator: Accelerator, model: torch.nn.Module, loader: Data
     rows = []
     for batch in loader:
         outputs = model(**model_inputs(batch))
-        pairs = zip(
-            to_uint8(outputs.reconstruction), to_uint8(batch["upsampled_pixel_values"]), to_uint8(batch["labels"])
-        )
+        images = (outputs.reconstruction, batch["upsampled_pixel_values"], batch["labels"])
+        pairs = zip(*(to_uint8(x, TTSR_RANGE) for x in images))
         for name, (output, bicubic, hr) in zip(batch["names"], pairs):
             psnr, ssim = psnr_ssim(output, hr, scale=SCALE)
             bicubic_psnr, bicubic_ssim = psnr_ssim(bicubic, hr, scale=SCALE)
@@ -492,9 +471,10 @@ def draw_pictures(
         batch = processor(high_resolution_images=row["image"], references=row["reference"], return_tensors="pt")
         inputs = {key: value.to(model.device) for key, value in model_inputs(batch).items()}
         output = model(**inputs).reconstruction
-        lr, bicubic, hr, ref = (to_uint8(batch[key])[0] for key in ("pixel_values", "upsampled_pixel_values",
-                                "labels", "reference_pixel_values"))  # fmt: skip
-        rows.append({"lr": lr, "bicubic": bicubic, "output": to_uint8(output)[0], "hr": hr, "reference": ref,
+        keys = ("pixel_values", "upsampled_pixel_values", "labels", "reference_pixel_values")
+        lr, bicubic, hr, ref = (to_uint8(batch[key], TTSR_RANGE)[0] for key in keys)
+        output = to_uint8(output, TTSR_RANGE)[0]
+        rows.append({"lr": lr, "bicubic": bicubic, "output": output, "hr": hr, "reference": ref,
                      "title": str(row.get("name", ""))})  # fmt: skip
     restoration_panel(rows, output_label=type(model).__name__.removesuffix("ForReferenceSuperResolution")).save(path)
 
@@ -607,7 +587,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
         criterion = None
         if args.losses == "all":  # before the state is restored: the discriminator's is part of it
             criterion = build_criterion(accelerator, model_args, args, data_args.crop_size)
-        collator = RestorationCollator(processor) if scales is None else tasks_mode.CleanImageCollator()
+        collator = RestorationCollator(processor) if scales is None else CleanImageCollator()
         loaders = build_dataloaders(data, collator, data_args, args)
         parts, state, (eval_dl, test_dl) = runner.prepare_loop(
             accelerator, out, args, model, loaders, lambda model, total: build_optimizer(model, args, total)

@@ -35,7 +35,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pyarrow.compute as pc
 import torch
 from accelerate import Accelerator
@@ -47,7 +46,7 @@ from transformers import HfArgumentParser
 import hf_xcv
 from hf_xcv.attention import attention_kwargs_at_length, available_attention_types, get_attention_class
 from hf_xcv.configuration_utils import check_known_fields
-from hf_xcv.data.lra import LRA_TASKS, load_lra_dataset
+from hf_xcv.data.lra import LRA_TASKS, collate, load_lra_dataset
 from hf_xcv.metrics import Accuracy
 from hf_xcv.models.xformer import XFormerConfig, XFormerForSequenceClassification
 from hf_xcv.training import TEMPLATES, TrainerState, parameter_groups, runner
@@ -207,15 +206,6 @@ def build_config(model_args: ModelArguments, task: str, length: int, labels: lis
         )
     config._attn_implementation = model_args.attn_implementation
     return config
-
-
-def collate(rows: list[dict]) -> dict[str, torch.Tensor]:
-    """Rows of a numpy-formatted split -> (B, L) input_ids and attention_mask, (B,) labels."""
-    return {
-        "input_ids": torch.from_numpy(np.stack([row["input_ids"] for row in rows]).astype(np.int64)),
-        "attention_mask": torch.from_numpy(np.stack([row["attention_mask"] for row in rows]).astype(np.int64)),
-        "labels": torch.tensor([int(row["label"]) for row in rows], dtype=torch.long),
-    }
 
 
 @torch.no_grad()

@@ -50,7 +50,7 @@ from typing import Any
 
 import torch
 
-from ..data.degradations import parse_task
+from ..processing.restoration import PRETRAINING_TASKS, parse_task
 from .checkpoint_io import load_official_state_dict
 from .detr import _split_in_proj
 from .ipt_reference import DIV2K_MEAN, upsampler_factors
@@ -74,7 +74,7 @@ TARGET_MODEL_TYPE = "xcv_ipt"
 PROCESSOR_TYPE = "IPTImageProcessor"
 ARCHITECTURE = "IPTForImageRestoration"
 DEFAULT_NUM_HEADS = 12  # every official script (option.py --num_heads); the state dict cannot tell
-PRETRAIN_TASKS = ("sr_x2", "sr_x3", "sr_x4", "denoise_30", "denoise_50", "derain")  # --scale 2+3+4+1+1+1
+PRETRAIN_TASKS = PRETRAINING_TASKS  # --scale 2+3+4+1+1+1
 SCALE_ONE_TASKS = ("denoise_30", "denoise_50", "derain")  # the released single-task scale-1 models
 MEAN_SHIFTS = {"sub_mean": -1, "add_mean": 1}
 POSITION_IDS = "body.position_encoding.position_ids"

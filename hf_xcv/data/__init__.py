@@ -1,5 +1,6 @@
 """Built-in datasets and the collators that turn them into batches."""
 
+from ..processing.restoration import mod_crop
 from .coco import load_coco_detection, load_coco_split, write_coco_detection
 from .digits import DIGIT_NAMES, load_digits_dataset
 from .image_classification import (
@@ -12,7 +13,6 @@ from .photos import (
     load_photo,
     load_photos_dataset,
     load_restoration_folder,
-    mod_crop,
     panned_views,
     photo_features,
     training_crops,

@@ -38,6 +38,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+import torch
 from datasets import ClassLabel, Dataset, DatasetDict, Features, Sequence, Value
 
 SPLITS = ("train", "validation", "test")
@@ -361,3 +362,12 @@ def load_lra_dataset(task: str, seed: int = 0, **settings) -> DatasetDict:
     if task not in LRA_TASKS:
         raise ValueError(f"unknown LRA task {task!r}; available: {sorted(LRA_TASKS)}")
     return LRA_TASKS[task](seed=seed, **settings)
+
+
+def collate(rows: list[dict]) -> dict[str, torch.Tensor]:
+    """Rows of a numpy-formatted split -> (B, L) input_ids and attention_mask, (B,) labels."""
+    return {
+        "input_ids": torch.from_numpy(np.stack([row["input_ids"] for row in rows]).astype(np.int64)),
+        "attention_mask": torch.from_numpy(np.stack([row["attention_mask"] for row in rows]).astype(np.int64)),
+        "labels": torch.tensor([int(row["label"]) for row in rows], dtype=torch.long),
+    }

@@ -34,7 +34,8 @@ import PIL.Image
 import PIL.ImageOps
 from datasets import Dataset, DatasetDict, Features, Image, Value
 
-SCALE = 4
+from ..processing.restoration import SCALE, check_scale, mod_crop
+
 TRAIN_PHOTOS = (
     "astronaut", "hubble_deep_field", "immunohistochemistry",  # RGB
     "camera", "brick", "grass", "gravel", "coins", "page", "text",  # grayscale, repeated to RGB
@@ -88,24 +89,6 @@ def _columns(rows: list[tuple[np.ndarray, np.ndarray, str]]) -> Dataset:
 
 # ----------------------------------------------------------------------------------------------------------------
 # geometry
-
-
-def _check_scale(scale: Any) -> int:
-    if isinstance(scale, bool) or not isinstance(scale, int) or scale < 1:
-        raise ValueError(f"scale={scale!r} must be a positive integer")
-    return scale
-
-
-def mod_crop(image: np.ndarray, scale: int = SCALE, name: str = "the image") -> np.ndarray:
-    """``image`` (H, W, ...) with its bottom rows and right columns cut so that H and W are multiples of ``scale``.
-
-    Raises:
-        ValueError: a side shorter than ``scale``.
-    """
-    height, width = image.shape[:2]
-    if height < scale or width < scale:
-        raise ValueError(f"{name} is {height}x{width}, smaller than the scale {scale} on a side")
-    return image[: height - height % scale, : width - width % scale]
 
 
 def panned_views(image: np.ndarray, scale: int = SCALE, name: str = "the image") -> tuple[np.ndarray, np.ndarray]:
@@ -231,7 +214,7 @@ def training_crops(
     Raises:
         ValueError: a bad option, a missing column, or an image (or reference) smaller than a crop, named.
     """
-    scale = _check_scale(scale)
+    scale = check_scale(scale)
     max_offset = _crop_options(crop_size, crops_per_image, coverage, max_offset, seed, scale, "crops_per_image")
     if reference_source not in REFERENCE_POLICIES:
         raise ValueError(f"reference_source must be one of {list(REFERENCE_POLICIES)}, got {reference_source!r}")
@@ -336,7 +319,7 @@ def load_photos_dataset(
         seed: makes the crops; the held-out splits do not depend on it.
         scale: the super-resolution factor sizes are multiples of.
     """
-    scale = _check_scale(scale)
+    scale = check_scale(scale)
     max_offset = _crop_options(crop_size, crops_per_photo, coverage, max_offset, seed, scale, "crops_per_photo")
     return DatasetDict(
         {
@@ -450,7 +433,7 @@ def load_restoration_folder(
         ValueError: a missing folder, an empty ``hr/``, a reference without its HR image, two files of one name, an
             unreadable or 16-bit image, an image smaller than ``scale``, or a missing reference; each names the file.
     """
-    scale = _check_scale(scale)
+    scale = check_scale(scale)
     if missing_reference not in MISSING_REFERENCE_POLICIES:
         raise ValueError(
             f"missing_reference must be one of {list(MISSING_REFERENCE_POLICIES)}, got {missing_reference!r}"

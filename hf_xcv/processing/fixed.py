@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import PIL.Image
 import torch
 from transformers.image_processing_backends import PilBackend
+
+from .restoration import quantize
 
 # Keys that saved processor configs carry and that hold no setting.
 IGNORED_KEYS = ("image_processor_type", "processor_class", "auto_map")
@@ -42,11 +44,12 @@ class FixedPipelineProcessor(PilBackend):
     def to_pil_images(
         reconstruction: Any,
         target_sizes: Sequence[tuple[int, int]] | None,
-        to_uint8: Callable[[torch.Tensor], torch.Tensor],
+        *,
+        value_range: tuple[float, float],
     ) -> list[PIL.Image.Image]:
         """``reconstruction`` (B, 3, H, W) (or a model output holding one as ``.reconstruction``) -> B RGB PIL images
-        of ``to_uint8`` (the model's value range -> 0-255 uint8), each cropped to its (height, width) of
-        ``target_sizes`` from the top left; ValueError naming a wrong shape or size."""
+        of its ``value_range`` (the model's) quantized to 0-255 uint8 (:func:`.restoration.quantize`), each cropped to
+        its (height, width) of ``target_sizes`` from the top left; ValueError naming a wrong shape or size."""
         tensor = getattr(reconstruction, "reconstruction", reconstruction)
         if not isinstance(tensor, torch.Tensor) or tensor.dim() != 4 or tensor.shape[1] != 3:
             shape = tuple(tensor.shape) if isinstance(tensor, torch.Tensor) else type(tensor).__name__
@@ -60,7 +63,7 @@ class FixedPipelineProcessor(PilBackend):
                     f"{tensor.shape[3]} reconstruction"
                 )
         images = []
-        for index, image in enumerate(to_uint8(tensor.detach().float().cpu())):
+        for index, image in enumerate(quantize(tensor, value_range)):
             if target_sizes is not None:
                 height, width = target_sizes[index]
                 image = image[:, :height, :width]

@@ -8,14 +8,14 @@ import PIL.Image
 import pytest
 import torch
 
-from hf_xcv.data.degradations import (
+from hf_xcv.processing.restoration import (
     add_gaussian_noise,
     add_rain_streaks,
-    as_generator,
     bicubic_downscale,
     degrade,
     parse_task,
 )
+from hf_xcv.utils.generators import as_generator
 
 
 def photo(height: int, width: int, seed: int = 0) -> np.ndarray:

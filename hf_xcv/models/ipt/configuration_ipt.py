@@ -7,7 +7,7 @@ import math
 from typing import Any
 
 from ...configuration_utils import XcvConfig, check_attention, check_attention_serves
-from ...data.degradations import RestorationTask, parse_task
+from ...processing.restoration import RestorationTask, parse_task
 from ...utils.checks import check_bool, check_int, check_positive_float, check_probability
 
 # What IPT's encoder asks of a registry core: its tokens are the 3x3 patches of a square feature map (a 2-D grid),

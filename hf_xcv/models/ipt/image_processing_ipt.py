@@ -13,9 +13,10 @@ import torch
 from transformers.image_processing_utils import BatchFeature
 from transformers.processing_utils import ImagesKwargs
 
-from ...data.degradations import RestorationTask, as_generator, degrade, parse_task
 from ...processing import prepare_rgb8
 from ...processing.fixed import FixedPipelineProcessor
+from ...processing.restoration import RestorationTask, degrade, parse_task
+from ...utils.generators import as_generator
 
 SETTINGS = ("rgb_range", "do_convert_rgb")
 
@@ -56,7 +57,7 @@ class IPTImageProcessor(FixedPipelineProcessor):
     * ``processor(images)``: ``pixel_values`` (B, 3, H, W) float32 in ``[0, rgb_range]``: degraded images to
       restore;
     * ``processor(clean_images=..., task="sr_x4", seed=0)``: training or evaluation pairs made from clean images by
-      the task's degradation (:func:`hf_xcv.data.degradations.degrade`: bicubic downscaling, Gaussian noise, rain
+      the task's degradation (:func:`hf_xcv.processing.restoration.degrade`: bicubic downscaling, Gaussian noise, rain
       streaks): ``pixel_values`` the degraded images, ``labels`` the clean ones (mod-cropped to multiples of the
       scale for SR). ``seed`` (or ``generator``) makes the draws repeatable;
     * ``processor(images=degraded, labels=clean, task=...)``: pairs the user brings (a custom task's, or real
@@ -202,5 +203,4 @@ class IPTImageProcessor(FixedPipelineProcessor):
         """``reconstruction`` (B, 3, H, W) in ``[0, rgb_range]`` (or a model output holding one as
         ``.reconstruction``) -> B RGB PIL images: values scaled to 0-255, clamped and rounded (the official
         ``quantize``); ``target_sizes`` crops each to (height, width) from the top left."""
-        quantize = lambda x: (x * (255.0 / self.rgb_range)).clamp(0, 255).round().to(torch.uint8)  # noqa: E731
-        return self.to_pil_images(reconstruction, target_sizes, quantize)
+        return self.to_pil_images(reconstruction, target_sizes, value_range=(0.0, self.rgb_range))

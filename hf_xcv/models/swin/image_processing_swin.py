@@ -7,18 +7,18 @@ from typing import Any
 
 from transformers.image_utils import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, PILImageResampling
 
-from ..vit.image_processing_vit import XcvViTImageProcessor
+from ...processing.classification import ClassificationImageProcessor
 
 
-class XcvSwinImageProcessor(XcvViTImageProcessor):
+class XcvSwinImageProcessor(ClassificationImageProcessor):
     """The original Swin evaluation transform by default: resize the short side to ``crop / crop_pct`` (256 for a
     224 crop) with bicubic filtering, centre crop, rescale to [0, 1], normalise with ImageNet's mean and std.
 
     Saved as ``"image_processor_type": "XcvSwinImageProcessor"`` (transformers has no class of that name). Takes
     the arguments of transformers' image processors (``size``, ``crop_size``, ``resample``, ``do_center_crop``,
     ``image_mean``, ...) and ``crop_pct``: when set, the resize target is the short side
-    ``int(crop_size / crop_pct)`` and ``size`` is derived from it. The inputs are coerced as by hf_xcv's ViT
-    processor (PIL / numpy / torch, gray and RGBA to RGB).
+    ``int(crop_size / crop_pct)`` and ``size`` is derived from it. The inputs are coerced as by every hf_xcv
+    classifier's processor (PIL / numpy / torch, gray and RGBA to RGB).
     """
 
     resample = PILImageResampling.BICUBIC

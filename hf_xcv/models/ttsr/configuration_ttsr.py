@@ -5,12 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 from ...configuration_utils import XcvConfig, check_attention, check_attention_serves
+from ...processing.restoration import SCALE
 from ...utils.checks import check_int, check_positive_float
 
 # What the texture transfer asks of a registry core when one replaces the hard attention (attention_type set): keys
 # (the degraded reference's patches) come from another image than the queries (the upsampled input's).
 TTSR_ATTENTION_REQUESTS = {"cross_attention": True}
-SCALE = 4  # the texture transformer and the cross-scale integration are built for x4 (the author, TTSR #11, #52)
 MIN_RELEVANCE_CHUNK = 64  # below this, a GEMM block may round differently from the whole product (see the config)
 
 

@@ -8,14 +8,13 @@ from typing import Any
 
 import numpy as np
 import PIL.Image
-import torch
 from transformers.image_processing_utils import BatchFeature
 from transformers.processing_utils import ImagesKwargs
 
 from ...processing import prepare_rgb8
 from ...processing.fixed import FixedPipelineProcessor
+from ...processing.restoration import SCALE, bicubic_resize
 
-SCALE = 4
 MIN_LR_SIDE = 3  # one 3x3 patch of the relevance embedding
 DIVISIBILITY_MODES = ("crop", "pad")
 SETTINGS = ("size_divisibility_mode", "reference_size", "do_convert_rgb")
@@ -27,13 +26,6 @@ class TTSRImageProcessorKwargs(ImagesKwargs, total=False):
     size_divisibility_mode: str | None
     reference_size: dict[str, int] | None
     do_convert_rgb: bool | None
-
-
-def bicubic_resize(array: np.ndarray, height: int, width: int) -> np.ndarray:
-    """(3, H, W) uint8 -> (3, height, width) uint8 with PIL's bicubic filter, as the original data pipeline (PIL
-    rounds and clips)."""
-    image = PIL.Image.fromarray(np.ascontiguousarray(np.moveaxis(array, 0, -1)), mode="RGB")
-    return np.moveaxis(np.asarray(image.resize((width, height), PIL.Image.BICUBIC)), -1, 0)
 
 
 def to_unit_range(array: np.ndarray) -> np.ndarray:
@@ -221,8 +213,7 @@ class TTSRImageProcessor(FixedPipelineProcessor):
         """``reconstruction`` (B, 3, H, W) in [-1, 1] (or a model output holding one) -> B RGB PIL images (values
         rounded, as the original saves them); ``target_sizes`` crops each to (height, width), e.g. the original size
         of a high-resolution image padded with ``size_divisibility_mode="pad"``."""
-        to_uint8 = lambda x: ((x + 1.0) * 127.5).round().clamp(0, 255).to(torch.uint8)  # noqa: E731
-        return self.to_pil_images(reconstruction, target_sizes, to_uint8)
+        return self.to_pil_images(reconstruction, target_sizes, value_range=(-1.0, 1.0))
 
 
 def _on_canvas(image: np.ndarray, size: dict[str, int]) -> np.ndarray:

@@ -41,7 +41,8 @@ from ...layers import check_pixel_tensor
 from ...layers.vgg import RELU3_1, ImageNetNormalization, indexed, normalization_constants, vgg19_layers
 from ...losses.reconstruction import reconstruction_loss
 from ...modeling_utils import XcvPreTrainedModel
-from .configuration_ttsr import SCALE, TTSR_ATTENTION_REQUESTS, TTSRConfig
+from ...processing.restoration import SCALE
+from .configuration_ttsr import TTSR_ATTENTION_REQUESTS, TTSRConfig
 
 LEVEL_SCALES = (1, 2, 4)  # the texture levels' resolutions relative to the relevance's (relu3_1, relu2_1, relu1_1)
 MIN_INPUT_SIDE = 3  # one 3x3 patch of the relevance embedding (at the input's resolution)

@@ -1,60 +1,21 @@
-"""ViT image processor: resize, optional center crop, rescale, normalize. Pure PIL/numpy, no torchvision."""
+"""ViT image processor: resize, optional center crop, rescale, normalize (transformers' ViT defaults). Pure
+PIL/numpy, no torchvision."""
 
 from __future__ import annotations
 
-from typing import Any
-
-from transformers.image_processing_backends import PilBackend
-from transformers.image_processing_utils import BatchFeature
-from transformers.image_utils import IMAGENET_STANDARD_MEAN, IMAGENET_STANDARD_STD, PILImageResampling
-
-from ...processing import prepare_images
+from ...processing.classification import ClassificationImageProcessor
 
 
-class XcvViTImageProcessor(PilBackend):
-    """Takes the constructor arguments of transformers' ``ViTImageProcessor``.
+class XcvViTImageProcessor(ClassificationImageProcessor):
+    """Takes the constructor arguments of transformers' ``ViTImageProcessor``, with its defaults (224x224 bilinear
+    resize, mean and std 0.5); the pipeline and the inputs it accepts are
+    :class:`hf_xcv.processing.classification.ClassificationImageProcessor`'s.
 
     Saved as ``"image_processor_type": "XcvViTImageProcessor"``: transformers resolves that field by class
     name, so a name it has itself would make its own ViT repos load this class after ``import hf_xcv``.
     Folders saved under the old name (``ViTImageProcessor``) load with this class's ``from_pretrained``, and
     through ``AutoImageProcessor`` as transformers' ViT processor (the same arguments and pixels).
-
-    Args (all optional, also accepted per call):
-        do_resize / size: resize to ``{"height", "width"}`` (or ``{"shortest_edge"}``).
-        resample: PIL resampling filter (bilinear by default, as transformers' ViT).
-        do_center_crop / crop_size: center crop to ``{"height", "width"}`` after resizing.
-        do_rescale / rescale_factor: multiply by 1/255 by default.
-        do_normalize / image_mean / image_std: per-channel normalisation (0.5, 0.5, 0.5 by default).
-        do_convert_rgb: grayscale -> 3 channels, RGBA -> RGB (default True).
-
-    Accepts PIL images, numpy arrays (HW, HWC or CHW) and torch tensors, one image or a batch;
-    anything else raises a ValueError that says what it got.
     """
-
-    model_input_names = ["pixel_values"]
-    resample = PILImageResampling.BILINEAR
-    image_mean = IMAGENET_STANDARD_MEAN
-    image_std = IMAGENET_STANDARD_STD
-    size = {"height": 224, "width": 224}
-    crop_size = {"height": 224, "width": 224}
-    do_resize = True
-    do_center_crop = False
-    do_rescale = True
-    do_normalize = True
-    do_convert_rgb = True
-
-    @classmethod
-    def for_image_size(cls, size: tuple[int, int]) -> XcvViTImageProcessor:
-        """The processor a model trained from scratch at ``size`` (height, width) uses: a direct resize."""
-        return cls(size={"height": size[0], "width": size[1]})
-
-    def preprocess(self, images: Any, *args: Any, **kwargs: Any) -> BatchFeature:
-        to_rgb = kwargs.pop("do_convert_rgb", None)
-        to_rgb = self.do_convert_rgb if to_rgb is None else to_rgb
-        data_format = kwargs.pop("input_data_format", None)
-        data_format = getattr(data_format, "value", data_format)
-        arrays = prepare_images(images, to_rgb=bool(to_rgb), data_format=data_format)
-        return super().preprocess(arrays, *args, input_data_format="channels_first", do_convert_rgb=False, **kwargs)
 
 
 ViTImageProcessor = XcvViTImageProcessor  # the name of earlier versions (its class saves the new type name)

@@ -12,8 +12,8 @@ import pytest
 import torch
 import transformers
 
-from hf_xcv.data.degradations import add_gaussian_noise, add_rain_streaks, parse_task
 from hf_xcv.models.ipt.image_processing_ipt import IPTImageProcessor
+from hf_xcv.processing.restoration import add_gaussian_noise, add_rain_streaks, parse_task
 
 
 def photo(height: int, width: int, seed: int = 0, mode: str = "RGB") -> PIL.Image.Image:

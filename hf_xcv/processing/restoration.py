@@ -1,11 +1,13 @@
-"""Restoration tasks by name and the synthetic degradations that make their training pairs (IPT, Chen et al. 2021):
-bicubic downsampling for super-resolution, Gaussian noise for denoising, rain streaks for deraining.
+"""Image restoration's own processing: the restoration tasks by name, the synthetic degradations that make their
+training pairs (IPT, Chen et al. 2021: bicubic downsampling for super-resolution, Gaussian noise for denoising, rain
+streaks for deraining), PIL's bicubic resampling of the original pipelines, and the way from a model's value range
+back to 8-bit pixels.
 
 Images are (3, H, W) uint8 arrays with values 0-255, as the image processors hold them. Every random degradation
-takes ``generator``: a ``torch.Generator``, a ``numpy.random.Generator``, an int seed (the same as
-``torch.Generator().manual_seed(seed)``) or None (fresh, unrepeatable randomness). One generator or seed gives the
-same degradation bit for bit on every call; a generator passed on from image to image gives each its own draw,
-reproducibly.
+takes ``generator``, a :data:`hf_xcv.utils.generators.RandomSource`: a ``torch.Generator``, a
+``numpy.random.Generator``, an int seed (the same as ``torch.Generator().manual_seed(seed)``) or None (fresh,
+unrepeatable randomness). One generator or seed gives the same degradation bit for bit on every call; a generator
+passed on from image to image gives each its own draw, reproducibly.
 """
 
 from __future__ import annotations
@@ -16,11 +18,15 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import PIL.Image
 import torch
 from scipy.ndimage import gaussian_filter
 
-from ..models.ttsr.image_processing_ttsr import bicubic_resize
-from .photos import mod_crop
+from ..utils.generators import RandomSource, as_generator, numpy_generator
+
+# Reference-based super-resolution's scale: TTSR's texture transformer and cross-scale integration are built for x4
+# (the author, TTSR #11, #52), and the built-in photos are cut for it.
+SCALE = 4
 
 # The IPT pre-training tasks, in the official order (``--scale 2+3+4+1+1+1``: x2, x3, x4, denoise 30, denoise 50,
 # derain): the default when a checkpoint's layout does not say which tasks it holds.
@@ -72,11 +78,49 @@ def parse_task(name: str, scale: int | None = None) -> RestorationTask:
         raise ValueError(f"task {name!r}: scale must be 1, 3 or a power of 2, got {scale!r}")
     return RestorationTask(name, "custom", factor)
 
+# ----------------------------------------------------------------------------------------------------------------
+# resampling and value ranges
+
+
+def bicubic_resize(array: np.ndarray, height: int, width: int) -> np.ndarray:
+    """(3, H, W) uint8 -> (3, height, width) uint8 with PIL's bicubic filter, as the original data pipeline (PIL
+    rounds and clips)."""
+    image = PIL.Image.fromarray(np.ascontiguousarray(np.moveaxis(array, 0, -1)), mode="RGB")
+    return np.moveaxis(np.asarray(image.resize((width, height), PIL.Image.BICUBIC)), -1, 0)
+
+
+def check_scale(scale: Any) -> int:
+    if isinstance(scale, bool) or not isinstance(scale, int) or scale < 1:
+        raise ValueError(f"scale={scale!r} must be a positive integer")
+    return scale
+
+
+def mod_crop(image: np.ndarray, scale: int = SCALE, name: str = "the image") -> np.ndarray:
+    """``image`` (H, W, ...) with its bottom rows and right columns cut so that H and W are multiples of ``scale``.
+
+    Raises:
+        ValueError: a side shorter than ``scale``.
+    """
+    height, width = image.shape[:2]
+    if height < scale or width < scale:
+        raise ValueError(f"{name} is {height}x{width}, smaller than the scale {scale} on a side")
+    return image[: height - height % scale, : width - width % scale]
+
+
+def quantize(images: torch.Tensor, value_range: tuple[float, float]) -> torch.Tensor:
+    """Images with values in ``value_range`` (a model's: TTSR's (-1, 1), IPT's (0, rgb_range)) -> uint8 0-255 of
+    the same shape, scaled, rounded and clamped: how the originals save their outputs (``quantize``)."""
+    low, high = value_range
+    return ((images.detach().float().cpu() - low) * (255.0 / (high - low))).round().clamp(0, 255).to(torch.uint8)
+
+
+def to_uint8(images: torch.Tensor, value_range: tuple[float, float]) -> list[np.ndarray]:
+    """(B, 3, H, W) in ``value_range`` -> B (H, W, 3) uint8 arrays (:func:`quantize`)."""
+    return [image.permute(1, 2, 0).numpy() for image in quantize(images, value_range)]
+
 
 # ----------------------------------------------------------------------------------------------------------------
 # the degradations
-
-RandomSource = torch.Generator | np.random.Generator | int | None
 
 # Rain streak defaults: light rain, as Rain100L (sparse, thin, one direction per image).
 RAIN_DENSITY = 0.004
@@ -96,34 +140,6 @@ def _check_image(image: Any, what: str = "the image") -> None:
         raise ValueError(f"{what} must hold uint8 values 0-255, got dtype {image.dtype}")
 
 
-def as_generator(generator: RandomSource) -> torch.Generator | np.random.Generator:
-    """The generator that a random degradation draws from: a seed becomes the ``torch.Generator`` it seeds (None:
-    one seeded from the OS), a torch or numpy generator stays as it is. Make one from a seed and pass it on to
-    degrade a batch: each image then gets its own draw, reproducibly.
-
-    Raises:
-        ValueError: anything else, or a negative seed.
-    """
-    if isinstance(generator, (torch.Generator, np.random.Generator)):
-        return generator
-    if generator is None:
-        return torch.Generator().manual_seed(int(np.random.SeedSequence().entropy) % 2**63)
-    if isinstance(generator, bool) or not isinstance(generator, (int, np.integer)) or generator < 0:
-        raise ValueError(
-            f"generator={generator!r} must be a torch.Generator, a numpy.random.Generator, a non-negative int seed "
-            "or None"
-        )
-    return torch.Generator().manual_seed(int(generator))
-
-
-def _numpy_generator(generator: RandomSource) -> np.random.Generator:
-    """A numpy generator for ``generator``; a torch generator (or seed) seeds it with one 63-bit draw of its own."""
-    generator = as_generator(generator)
-    if isinstance(generator, np.random.Generator):
-        return generator
-    return np.random.default_rng(int(torch.randint(0, 2**63 - 1, (), generator=generator)))
-
-
 def bicubic_downscale(hr: np.ndarray, scale: int) -> tuple[np.ndarray, np.ndarray]:
     """A super-resolution pair: ``hr`` (3, H, W) uint8 mod-cropped (bottom rows and right columns cut) to sides that
     are multiples of ``scale``, and that crop resized to 1/``scale`` with PIL's bicubic filter (uint8, PIL rounds).
@@ -138,8 +154,7 @@ def bicubic_downscale(hr: np.ndarray, scale: int) -> tuple[np.ndarray, np.ndarra
         ValueError: not a (3, H, W) uint8 image, a scale that is no positive int, a side shorter than ``scale``.
     """
     _check_image(hr, "the high-resolution image")
-    if isinstance(scale, bool) or not isinstance(scale, int) or scale < 1:
-        raise ValueError(f"scale={scale!r} must be a positive integer")
+    check_scale(scale)
     cropped = mod_crop(np.moveaxis(hr, 0, -1), scale, "the high-resolution image")  # (H', W', 3) view
     cropped = np.ascontiguousarray(np.moveaxis(cropped, -1, 0))
     height, width = cropped.shape[1:]
@@ -232,7 +247,7 @@ def add_rain_streaks(
         raise ValueError(f"softness={softness!r} must be a number >= 0 (the Gaussian blur's sigma in pixels)")
     lengths = _range(length, "length", 1, integer=True)
     bright = _range(brightness, "brightness", 0.0)
-    rng = _numpy_generator(generator)
+    rng = numpy_generator(generator)
     rain_density = _draw(rng, density, "density", 0.0, 1.0)
     line = int(rng.integers(lengths[0], lengths[1] + 1))
     offsets = _line_offsets(line, _draw(rng, angle, "angle", -90.0, 90.0))
