@@ -21,17 +21,11 @@ import importlib
 import sys
 
 from .cli.dispatch import dispatch
+from .registry import conversion_programs
 
-FORMATS = {
-    "vit": "hf_xcv.cli.convert_vit",
-    "marian": "hf_xcv.cli.convert_marian",
-    "swin": "hf_xcv.cli.convert_swin",
-    "detr": "hf_xcv.cli.convert_detr",
-    "deformable-detr": "hf_xcv.cli.convert_deformable_detr",
-    "ttsr": "hf_xcv.cli.convert_ttsr",
-    "ipt": "hf_xcv.cli.convert_ipt",
-    "to-transformers": "hf_xcv.cli.export_to_transformers",
-}
+# The formats and their programs, as the model families declare them (importing hf_xcv.convert imports hf_xcv, and
+# with it every family).
+FORMATS = conversion_programs()
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -40,19 +40,19 @@ from transformers.generation import GenerationMixin
 from transformers.generation.configuration_utils import ALL_STATIC_CACHE_IMPLEMENTATIONS
 
 from .attention import AttentionCore
+from .checkpoint_conversion import convert_checkpoint
 from .configuration_utils import check_attention_serves
 from .conversion import (
     CheckpointMismatchError,
     CorruptCheckpointError,
-    convert_checkpoint,
-    convertible_sources,
-    find_converter,
     find_corrupt_weights,
     load_config_dict,
     load_state_dict,
     split_hub_kwargs,
 )
 from .layers import SinusoidalPositionEmbedding, check_pixel_tensor, sinusoidal_table
+from .model_card import default_model_card
+from .registry import convertible_sources, find_converter
 
 logger = logging.getLogger(__name__)
 
@@ -93,9 +93,6 @@ class XcvPreTrainedModel(PreTrainedModel):
     # Weights whose shape follows a setting that fine-tuning may change (a window, a resolution), as regexes over
     # state-dict keys: a checkpoint of another shape is resampled by :meth:`resample_weight`, and logged.
     _resampled_weights: ClassVar[tuple[str, ...]] = ()
-    # Parameters whose gradient is exactly zero by the architecture (regexes over parameter names), e.g. a
-    # projection whose input is always zero; the registry-driven tests check that it is zero and that no other is.
-    _structurally_zero_gradients: ClassVar[tuple[str, ...]] = ()
 
     def resample_weight(self, key: str, tensor: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor | None:
         """``tensor`` (a checkpoint's ``key``) resampled to the model's ``shape``; None when it cannot be."""
@@ -201,8 +198,6 @@ class XcvPreTrainedModel(PreTrainedModel):
         return super().push_to_hub(repo_id, *args, **kwargs)
 
     def _default_model_card(self, repo_id: str) -> Any:
-        from .training.model_card import default_model_card
-
         source = getattr(self, "_hub_source", None)  # set by from_pretrained
         return default_model_card(self, repo_id, base_model=source if source != repo_id else None)
 
@@ -434,17 +429,3 @@ def init_sequence_model_weights(module: nn.Module, std: float) -> None:
         init.zeros_(module.bias)
     elif isinstance(module, SinusoidalPositionEmbedding):
         init.copy_(module.table, sinusoidal_table(module.num_positions, module.dim, module.layout))
-
-
-def image_dummy_inputs(config: Any, *, batch: int = 2, labels: bool = False) -> dict[str, torch.Tensor]:
-    """Random images of ``config.image_size`` with ``config.num_channels`` (and class labels of
-    ``config.num_labels`` when ``labels``), from a fixed generator: the registry-driven tests' inputs for image
-    models."""
-    from .layers import to_pair
-
-    generator = torch.Generator().manual_seed(0)
-    size = to_pair(config.image_size)
-    inputs = {"pixel_values": torch.randn(batch, config.num_channels, *size, generator=generator)}
-    if labels:
-        inputs["labels"] = torch.randint(0, config.num_labels, (batch,), generator=generator)
-    return inputs

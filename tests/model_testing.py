@@ -3,7 +3,12 @@ shared checks compare."""
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
+
+import model_specs
 import torch
+from model_specs import ModelTestSpec
 from transformers import AutoBackbone, AutoConfig
 
 from hf_xcv import MODEL_TYPES, preset_config
@@ -17,13 +22,25 @@ def case_id(case) -> str:
     return f"{case[0]}-{case[1].__name__}"
 
 
+def _specs() -> dict[str, ModelTestSpec]:
+    """Every family's test declarations (the modules of tests/model_specs), by model type."""
+    specs = {}
+    for module in pkgutil.iter_modules(model_specs.__path__):
+        for spec in importlib.import_module(f"model_specs.{module.name}").SPECS:
+            specs[spec.model_type] = spec
+    return specs
+
+
+SPECS = _specs()
+
+
 def tiny_config(model_type: str, **overrides):
-    return preset_config(MODEL_TYPES[model_type].test_preset, num_labels=3, **overrides)
+    return preset_config(SPECS[model_type].test_preset, num_labels=3, **overrides)
 
 
 def make_inputs(model, batch: int = 2, labels: bool = True, padded: bool = True) -> dict:
-    """The model type's own dummy inputs, from its registry entry."""
-    return MODEL_TYPES[model.config.model_type].dummy_inputs(model, batch=batch, labels=labels, padded=padded)
+    """The model type's own dummy inputs, from its test declarations."""
+    return SPECS[model.config.model_type].dummy_inputs(model, batch=batch, labels=labels, padded=padded)
 
 
 def stack_outputs(outputs) -> tuple[tuple, tuple]:
@@ -78,7 +95,7 @@ def entry_kwargs(model_type: str, attention_type: str) -> dict:
 def entry_config(model_type: str, attention_type: str):
     """The tiny config with an entry's small settings."""
     overrides = {"attention_type": attention_type, "attention_kwargs": entry_kwargs(model_type, attention_type)}
-    return tiny_config(model_type, **overrides, **MODEL_TYPES[model_type].attention_test_overrides)
+    return tiny_config(model_type, **overrides, **SPECS[model_type].attention_test_overrides)
 
 
 def run_loss(model, inputs, stateful: bool):

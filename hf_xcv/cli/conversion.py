@@ -10,7 +10,9 @@ from typing import Any
 
 import torch
 
-from hf_xcv.conversion import atomic_directory, check_converted, convert_checkpoint, save_safetensors
+from hf_xcv.checkpoint_conversion import check_converted, convert_checkpoint
+from hf_xcv.conversion import atomic_directory, save_safetensors
+from hf_xcv.layers import to_pair
 
 # verify(source, converted, tolerance, revision) -> worst |delta|; raises ValueError above tolerance
 Verifier = Callable[[str, str, float, "str | None"], float]
@@ -106,3 +108,19 @@ def verify_detector(theirs: torch.nn.Module, ours: torch.nn.Module, tolerance: f
         a, b = theirs(pixel_values=pixels, pixel_mask=mask), ours(pixel_values=pixels, pixel_mask=mask)
     deltas = {name: (getattr(a, name) - getattr(b, name)).abs().max().item() for name in ("logits", "pred_boxes")}
     return check_deltas(deltas, tolerance)
+
+
+def sample_inputs(model: torch.nn.Module, batch: int = 2) -> dict[str, torch.Tensor]:
+    """Random inputs for comparing a model with its conversion or export, from a fixed generator: images of the
+    config's size for an image model; token ids (with a target prefix for an encoder-decoder) for a text model."""
+    config = model.config
+    generator = torch.Generator().manual_seed(0)
+    if model.main_input_name == "pixel_values":
+        size = to_pair(config.image_size)
+        return {"pixel_values": torch.randn(batch, config.num_channels, *size, generator=generator)}
+    ids = torch.randint(4, config.vocab_size, (batch, 7), generator=generator)
+    inputs = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+    if config.is_encoder_decoder:
+        vocab = getattr(config, "decoder_vocab_size", None) or config.vocab_size
+        inputs["decoder_input_ids"] = torch.randint(4, vocab, (batch, 5), generator=generator)
+    return inputs

@@ -44,6 +44,7 @@ import torch
 import hf_xcv
 from hf_xcv.conversion import ipt as mapping
 from hf_xcv.conversion.ipt_reference import official_forward, random_input
+from hf_xcv.models.ipt.conversion_ipt import convert_official
 
 from .conversion import check_deltas, run, write_converted
 
@@ -58,7 +59,7 @@ def convert_file(
 ) -> list[str]:
     """Write the hf_xcv folder of an official ``.pt`` (config, weights, processor) atomically; returns the keys
     dropped."""
-    config, state_dict, dropped = mapping.convert_official(
+    config, state_dict, dropped = convert_official(
         mapping.load_original(source),
         source,
         tasks,

@@ -26,7 +26,7 @@ import hf_xcv
 from hf_xcv.conversion import swin as mapping
 from hf_xcv.layers import to_pair
 
-from .conversion import check_deltas, run, write_converted
+from .conversion import check_deltas, run, sample_inputs, write_converted
 
 _TO_TRANSFORMERS = "attention.relative_position_bias.relative_position_bias_table"
 
@@ -78,9 +78,7 @@ def verify(source: str, converted: str, tolerance: float, revision: str | None =
     classifier = "SwinForImageClassification" in (config.architectures or [])
     ours_class = hf_xcv.SwinForImageClassification if classifier else hf_xcv.SwinModel
     ours = ours_class.from_pretrained(converted).eval()
-    pixels = torch.randn(
-        2, config.num_channels, *to_pair(config.image_size), generator=torch.Generator().manual_seed(0)
-    )
+    pixels = sample_inputs(ours)["pixel_values"]
     names = ["logits"] if classifier else ["last_hidden_state"]
     with torch.no_grad():
         a, b = theirs(pixels), ours(pixels)

@@ -27,6 +27,7 @@ import torch
 import hf_xcv
 from hf_xcv.conversion import ttsr as mapping
 from hf_xcv.conversion.ttsr_reference import compare_with_original, random_inputs
+from hf_xcv.models.ttsr.conversion_ttsr import convert_official
 
 from .conversion import check_deltas, run, write_converted
 
@@ -36,7 +37,7 @@ VERIFY_SHAPES = {"batch": 2, "lr_size": (10, 12), "ref_size": (48, 40)}
 def convert_file(source: str, output: str, overwrite: bool = False) -> list[str]:
     """Write the hf_xcv folder of an official ``.pt`` (config, weights, processor) atomically; returns the keys
     dropped."""
-    config, state_dict, dropped = mapping.convert_official(mapping.load_original(source), source)
+    config, state_dict, dropped = convert_official(mapping.load_original(source), source)
     processor = hf_xcv.TTSRImageProcessor()
     write_converted(config, state_dict, processor, output, mapping.TARGET_MODEL_TYPE, source, overwrite)
     return dropped

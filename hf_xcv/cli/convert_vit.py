@@ -18,9 +18,8 @@ import torch
 
 import hf_xcv
 from hf_xcv.conversion.vit import TARGET_MODEL_TYPE
-from hf_xcv.layers import to_pair
 
-from .conversion import check_deltas, run
+from .conversion import check_deltas, run, sample_inputs
 
 
 def verify(source: str, converted: str, tolerance: float, revision: str | None = None) -> float:
@@ -35,10 +34,7 @@ def verify(source: str, converted: str, tolerance: float, revision: str | None =
     )
     theirs = theirs_class.from_pretrained(source, revision=revision).eval()
     ours = ours_class.from_pretrained(converted).eval()
-    config = ours.config
-    pixels = torch.randn(
-        2, config.num_channels, *to_pair(config.image_size), generator=torch.Generator().manual_seed(0)
-    )
+    pixels = sample_inputs(ours)["pixel_values"]
     names = ["logits"] if is_classifier else ["last_hidden_state", "pooler_output"]
     with torch.no_grad():
         a, b = theirs(pixels), ours(pixels)

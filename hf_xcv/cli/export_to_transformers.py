@@ -21,19 +21,16 @@ import hf_xcv  # noqa: F401  (registers the hf_xcv types for AutoModel)
 from hf_xcv import MODEL_TYPES
 from hf_xcv.conversion.export import export_checkpoint
 
-from .conversion import check_deltas
+from .conversion import check_deltas, sample_inputs
 
 
 def verify(source: str, exported: str, tolerance: float) -> float:
     """Largest |difference| of the first outputs of hf_xcv's model and transformers' exported one."""
     config = transformers.AutoConfig.from_pretrained(source)
-    entry = MODEL_TYPES[config.model_type]
-    architecture = (config.architectures or [entry.base_model.__name__])[0]
-    ours_class = next(cls for cls in entry.model_classes if cls.__name__ == architecture)
-    ours = ours_class.from_pretrained(source).eval()
+    ours = MODEL_TYPES[config.model_type].model_class(config.architectures).from_pretrained(source).eval()
     theirs_config = transformers.AutoConfig.from_pretrained(exported)
     theirs = getattr(transformers, theirs_config.architectures[0]).from_pretrained(exported).eval()
-    inputs = entry.dummy_inputs(ours, labels=False, padded=False)
+    inputs = sample_inputs(ours)
     with torch.no_grad():
         a, b = ours(**inputs, return_dict=True), theirs(**inputs, return_dict=True)
     return check_deltas({"first output": (a[0] - b[0]).abs().max().item()}, tolerance)

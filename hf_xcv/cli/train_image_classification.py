@@ -117,12 +117,13 @@ def load_data(args: DataArguments, seed: int) -> DatasetDict:
 # The model types this script trains (those with an image classifier), and the source types converted on load.
 def classifier_types() -> dict[str, Any]:
     """model_type (hf_xcv's and the converted sources') -> the hf_xcv ModelEntry with an image classifier."""
-    from hf_xcv.auto import MODEL_TYPES
-    from hf_xcv.conversion import CONVERTERS
+    from hf_xcv.registry import MODEL_TYPES, converted_types
 
-    entries = {t: e for t, e in MODEL_TYPES.items() if "AutoModelForImageClassification" in e.heads}
-    sources = {source: entries[target] for target, source in CONVERTERS if target in entries}
-    return {**entries, **sources}
+    return {
+        source: MODEL_TYPES[target]
+        for source, target in converted_types().items()
+        if "AutoModelForImageClassification" in MODEL_TYPES[target].heads
+    }
 
 
 def family_of(args: ModelArguments) -> Any:

@@ -14,8 +14,8 @@ expressions up to 512 tokens by default), ``pathfinder`` (2 classes, 32 x 32 = 1
 ``benchmarks/bench_lra.py`` does, so that its cells share one copy).
 
 One model configuration per task (the presets ``xformer-lra-listops``, ``-pathfinder``, ``-image``) and one
-training recipe per task (``TASK_RECIPES``: batch size, weight decay and length where no flag sets them), the same
-for every attention entry; ``--attention_type`` picks the entry, with its settings at the task's sequence length
+training recipe per task (each preset's ``recipe``: batch size, weight decay and length where no flag sets them), the
+same for every attention entry; ``--attention_type`` picks the entry, with its settings at the task's sequence length
 (``hf_xcv.attention.attention_kwargs_at_length``; ``--attention_kwargs`` changes them). For ``full``,
 ``--attn_implementation`` picks eager (materialised scores) or sdpa (PyTorch's fused kernel).
 
@@ -49,6 +49,7 @@ from hf_xcv.configuration_utils import check_known_fields
 from hf_xcv.data.lra import LRA_TASKS, collate, load_lra_dataset
 from hf_xcv.metrics import Accuracy
 from hf_xcv.models.xformer import XFormerConfig, XFormerForSequenceClassification
+from hf_xcv.presets import PRESETS
 from hf_xcv.training import TEMPLATES, TrainerState, parameter_groups, runner
 
 TEMPLATE = TEMPLATES / "sequence_classification.md"
@@ -83,20 +84,9 @@ class DataArguments:
     data_seed: int = field(default=0, metadata={"help": "seed of the generated data (--seed seeds the training)"})
 
 
-# The training recipe of each task where a flag leaves it unset (None). Pathfinder follows LRA's own Pathfinder
-# recipe at a CPU scale: no weight decay and large batches (LRA: 512 for 62,400 steps; here 128 for 3,000, about
-# 38 epochs of the 10,000 generated images); with batches of 16 or weight decay, every run we tried stayed at
-# chance (a constant prediction), as LRA's Pathfinder runs often do (google-research/long-range-arena#37, #60).
-TASK_RECIPES: dict[str, dict[str, Any]] = {
-    "listops": {"per_device_train_batch_size": 16, "weight_decay": 0.01, "num_train_epochs": 10},
-    "image": {"per_device_train_batch_size": 16, "weight_decay": 0.01, "num_train_epochs": 10},
-    "pathfinder": {"per_device_train_batch_size": 128, "weight_decay": 0.0, "max_train_steps": 3000},
-}
-
-
 @dataclass
 class TrainArguments(runner.RunArguments):
-    num_train_epochs: int | None = field(default=None, metadata={"help": "the task's recipe without it (TASK_RECIPES)"})
+    num_train_epochs: int | None = field(default=None, metadata={"help": "the task's recipe without it"})
     per_device_train_batch_size: int | None = field(default=None, metadata={"help": "the task's recipe without it"})
     per_device_eval_batch_size: int = 64
     learning_rate: float = 1e-3
@@ -114,12 +104,17 @@ def parse_args(argv: list[str] | None = None) -> tuple[ModelArguments, DataArgum
     return model_args, data_args, args
 
 
-def apply_recipe(args: TrainArguments, task: str) -> None:
-    """Fill the unset training settings from ``TASK_RECIPES[task]``; a recipe's step budget applies only when
-    neither ``--max_train_steps`` nor ``--num_train_epochs`` was given."""
-    if task not in TASK_RECIPES:
+def task_recipe(task: str) -> dict[str, Any]:
+    """The training settings of ``task``: the recipe of its preset (``xformer-lra-<task>``)."""
+    if task not in LRA_TASKS:
         raise ValueError(f"--task must be one of {sorted(LRA_TASKS)}, got {task!r}")
-    recipe = TASK_RECIPES[task]
+    return PRESETS[TASK_PRESETS[task]].recipe.defaults
+
+
+def apply_recipe(args: TrainArguments, task: str) -> None:
+    """Fill the unset training settings from the recipe of the task's preset (:func:`task_recipe`); a recipe's step
+    budget applies only when neither ``--max_train_steps`` nor ``--num_train_epochs`` was given."""
+    recipe = task_recipe(task)
     length_given = args.max_train_steps is not None or args.num_train_epochs is not None
     for name in ("per_device_train_batch_size", "weight_decay"):
         if getattr(args, name) is None:

@@ -51,14 +51,14 @@ from torch.utils.data import DataLoader
 from transformers import HfArgumentParser
 
 import hf_xcv
-from hf_xcv.auto import MODEL_TYPES
 from hf_xcv.configuration_utils import check_known_fields
-from hf_xcv.conversion import CONVERTERS, load_config_dict
+from hf_xcv.conversion import load_config_dict
 from hf_xcv.data import detection_label_names, load_coco_detection, load_shapes_dataset
 from hf_xcv.data.detection import DetectionCollator, detection_transform
 from hf_xcv.losses import box_cxcywh_to_xyxy
 from hf_xcv.metrics import MeanAveragePrecision
 from hf_xcv.presets import PRESETS
+from hf_xcv.registry import MODEL_TYPES, TrainingRecipe, converted_types
 from hf_xcv.training import TEMPLATES, TrainerState, runner
 from hf_xcv.visualization import detection_grid, draw_detections
 
@@ -70,31 +70,13 @@ DEFAULT_PRESET = "detr-shapes"
 LINEAR_PROJECTIONS = ("sampling_offsets", "reference_points")
 
 
-@dataclass(frozen=True)
-class Recipe:
-    """What the original training of a model type sets, and what its model card says of it."""
-
-    name: str  # the architecture as its paper names it
-    paper: str
-    learning_rate: float
-    lr_backbone: float
-    lr_drop: float  # fraction of the run after which the step schedule divides the lr by 10
-    scores: str  # how the processor turns logits into detections (for the card)
-
-
-# The model types this script trains, with their original recipes (the defaults of the unset arguments).
-RECIPES: dict[str, Recipe] = {
-    "xcv_detr": Recipe(
-        "DETR", "Carion et al. 2020", 1e-4, 1e-5, 2 / 3,
-        "a softmax over the classes and no-object, one detection per query",
-    ),
-    "xcv_deformable_detr": Recipe(
-        "Deformable DETR", "Zhu et al. 2020", 2e-4, 2e-5, 0.8,
-        "a sigmoid per class, the top 100 (query, class) pairs of the image",
-    ),
-}  # fmt: skip
-# A checkpoint's model_type -> the hf_xcv type it trains as (its own, or the one it converts to on load).
-CHECKPOINT_TYPES = {t: t for t in RECIPES} | {source: t for t, source in CONVERTERS if t in RECIPES}
+# The model types this script trains: those with an object detector, each with its paper's recipe (the defaults of
+# the unset learning rates and lr drop, and what its card says of how it scores); a checkpoint's model_type -> the
+# hf_xcv type it trains as (its own, or the one it converts to on load).
+RECIPES: dict[str, TrainingRecipe] = {
+    t: e.recipe for t, e in MODEL_TYPES.items() if "AutoModelForObjectDetection" in e.heads and e.recipe is not None
+}
+CHECKPOINT_TYPES = {source: target for source, target in converted_types().items() if target in RECIPES}
 
 
 @dataclass
@@ -207,8 +189,7 @@ def model_type_of(args: ModelArguments) -> str:
 
 def with_recipe(args: TrainArguments, model_type: str) -> TrainArguments:
     """``args`` with the unset learning rates and lr drop taken from ``model_type``'s original recipe."""
-    recipe = RECIPES[model_type]
-    defaults = {"learning_rate": recipe.learning_rate, "lr_backbone": recipe.lr_backbone, "lr_drop": recipe.lr_drop}
+    defaults = RECIPES[model_type].defaults
     return replace(args, **{key: value for key, value in defaults.items() if getattr(args, key) is None})
 
 
@@ -403,7 +384,7 @@ def model_card(model, results, args: TrainArguments, model_args, data_args: Data
     split = data_args.test_split
     metrics = {k: v for k, v in results[split].items() if k.startswith(("map", "mar")) and v >= 0}
     recipe = RECIPES[model.config.model_type]
-    family = {"family": recipe.name, "paper": recipe.paper, "scores": recipe.scores}
+    family = {"family": recipe.name, "paper": recipe.paper, "scores": recipe.notes["scores"]}
     return runner.run_model_card(
         TEMPLATE, model, args, results, argv, task="object-detection", split=split, metrics=metrics,
         dataset=data_args.dataset, built_in=("shapes", "hf-xcv-shapes"), base_model=model_args.model_name_or_path,

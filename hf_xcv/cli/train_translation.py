@@ -37,9 +37,9 @@ import hf_xcv
 from hf_xcv.configuration_utils import check_known_fields
 from hf_xcv.data import load_number_translation_dataset, tokenize_translation_batch, translation_texts
 from hf_xcv.metrics import Bleu, ChrF
+from hf_xcv.model_card import quoted
 from hf_xcv.training import TEMPLATES, TrainerState, runner
 from hf_xcv.training.checkpointing import CHECKPOINTS
-from hf_xcv.training.model_card import quoted
 
 TEMPLATE = TEMPLATES / "translation.md"
 BUILT_IN = "numbers"

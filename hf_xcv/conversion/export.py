@@ -2,46 +2,33 @@
 ``vit``, a Marian-compatible Transformer as ``marian``), so that a model trained with hf_xcv can be published
 for people who only have transformers.
 
-:func:`export_checkpoint` reads an hf_xcv folder or Hub repo, maps config and weights with the exporter's pure
-``export(config, state_dict)``, loads them into transformers' own model class (every weight accounted for,
+:func:`export_checkpoint` reads an hf_xcv folder or Hub repo, maps config and weights with the pure
+``export(config, state_dict)`` of the mapping module its family names (:attr:`hf_xcv.registry.ModelEntry.exporter`),
+loads them into transformers' own model class (every weight accounted for,
 strictly) and saves that, with the processor or tokenizer files transformers needs, atomically.
 """
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import shutil
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import torch
 import transformers
 from transformers.utils import cached_file
 
+from ..registry import find_exporter
 from .checkpoint_io import atomic_directory, load_config_dict, load_state_dict
 
-# hf_xcv model_type -> the converter module that also writes transformers' format
-EXPORTERS: dict[str, str] = {
-    "xcv_vit": "hf_xcv.conversion.vit",
-    "xcv_transformer": "hf_xcv.conversion.marian",
-}
 # Files a translation folder takes along (a converted Marian folder has Marian's tokenizer files; one trained
 # with hf_xcv has tokenizer.json, which PreTrainedTokenizerFast loads).
 _TEXT_FILES = (
     "source.spm", "target.spm", "vocab.json", "target_vocab.json", "tokenizer_config.json",
     "special_tokens_map.json", "tokenizer.json", "generation_config.json",
 )  # fmt: skip
-
-
-def find_exporter(model_type: str | None) -> ModuleType:
-    if model_type not in EXPORTERS:
-        raise ValueError(
-            f"model_type {model_type!r} has no transformers format to export to; exported types: {sorted(EXPORTERS)}"
-        )
-    return importlib.import_module(EXPORTERS[model_type])
 
 
 def build_transformers_model(config_dict: dict[str, Any], state_dict: dict[str, torch.Tensor]) -> torch.nn.Module:
@@ -99,14 +86,3 @@ def _copy_text_files(source: Any, staging: Path, tokenizer_class: str, hub_kwarg
         if not hasattr(transformers, str(settings.get("tokenizer_class"))):  # hf_xcv's own: transformers' generic
             settings["tokenizer_class"] = tokenizer_class
             config_file.write_text(json.dumps(settings, indent=2, sort_keys=True))
-
-
-def can_export(config_dict: dict[str, Any]) -> bool:
-    """Whether a config has an equivalent in transformers' own format (for model cards)."""
-    if config_dict.get("model_type") not in EXPORTERS:
-        return False
-    try:
-        find_exporter(config_dict["model_type"]).export_config(config_dict)
-    except ValueError:
-        return False
-    return True

@@ -37,7 +37,8 @@ the number of tasks and each tail's scale. What the weights cannot tell:
   derain); which scale-1 task is which is recorded nowhere, and a third-party copy of MindSpore's pre-training data
   code orders them derain, denoise_30, denoise_50, so ``tasks`` overrides. Any other layout needs ``tasks``.
 
-Every key is renamed or explicitly dropped; any other key, a missing one or a wrong shape is an error that names it.
+Every key is renamed or explicitly dropped; any other key is an error that names it. The strict conversion, which also
+checks the result against the model (a missing key, a wrong shape), is :mod:`hf_xcv.models.ipt.conversion_ipt`'s.
 """
 
 from __future__ import annotations
@@ -55,14 +56,11 @@ from .checkpoint_io import load_official_state_dict
 from .detr import _split_in_proj
 from .ipt_reference import DIV2K_MEAN, upsampler_factors
 from .rules import Rule, rename_keys
-from .rules import check_exact_keys as check_converted_keys
 from .ttsr import strip_data_parallel
 
 __all__ = [
     "PRETRAIN_TASKS",
-    "check_exact_keys",
     "convert_config",
-    "convert_official",
     "convert_state_dict",
     "load_original",
     "read_rgb_range",
@@ -371,12 +369,11 @@ def convert_state_dict(
     """An official state dict -> hf_xcv's names for the tasks of ``config`` (from :func:`convert_config`), and the
     keys deliberately dropped (the checked MeanShifts and position_ids), named without a ``module.`` prefix. Any
     other unknown key is a ValueError."""
-    from ..models.ipt import IPTConfig  # the models import hf_xcv.conversion
-
     state_dict = strip_data_parallel(state_dict)
     read_rgb_range(state_dict, config["rgb_range"])
     check_position_ids(state_dict)
-    scales = [task.scale for task in IPTConfig.from_dict(config).restoration_tasks]
+    own_scales = config.get("task_scales") or {}
+    scales = [parse_task(name, own_scales.get(name)).scale for name in config["tasks"]]
     rules = task_rules(config["tasks"], scales, config.get("num_head_blocks", 2)) + BODY_RULES
     converted, dropped = rename_keys(_split_in_proj(split_queries(state_dict, config)), rules, DROP)
     return converted, dropped
@@ -393,35 +390,3 @@ def split_queries(state_dict: dict[str, torch.Tensor], config: dict[str, Any]) -
     for index, task in enumerate(config["tasks"]):
         out[f"ipt.body.query_embeddings.{task}"] = rows[index].reshape(side * side, -1)
     return out
-
-
-def check_exact_keys(config: dict[str, Any], state_dict: dict[str, torch.Tensor], source: str) -> None:
-    """ValueError unless the converted keys are exactly those of the model ``config`` describes (built on the meta
-    device): nothing missing, the tails included, and nothing the model would not use."""
-    from ..models.ipt import IPTConfig, IPTForImageRestoration  # the models import hf_xcv.conversion
-
-    with torch.device("meta"):
-        expected = IPTForImageRestoration(IPTConfig.from_dict(config)).state_dict()
-    check_converted_keys(expected, state_dict, source, f"an IPT for {config['tasks']}")
-
-
-def convert_official(
-    state_dict: dict[str, torch.Tensor],
-    source: str = "the checkpoint",
-    tasks: Sequence[str] | None = None,
-    *,
-    num_attention_heads: int = DEFAULT_NUM_HEADS,
-    rgb_range: float | None = None,
-    file_name: str | None = None,
-) -> tuple[dict[str, Any], dict[str, torch.Tensor], list[str]]:
-    """An official state dict -> (hf_xcv config dict, state dict, dropped keys), strictly: every key renamed or
-    explicitly dropped, none missing, every shape the model's (CheckpointMismatchError otherwise)."""
-    from . import check_converted
-
-    config = convert_config(
-        state_dict, tasks, num_attention_heads=num_attention_heads, rgb_range=rgb_range, file_name=file_name
-    )
-    converted, dropped = convert_state_dict(state_dict, config)
-    check_exact_keys(config, converted, source)
-    check_converted(config, converted, TARGET_MODEL_TYPE, source)  # the shapes
-    return config, converted, dropped

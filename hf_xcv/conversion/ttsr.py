@@ -15,7 +15,8 @@ At the paper's settings they hold 316 keys:
   the task head's ``head.conv_tail{1,2}``.
 
 What the weights cannot tell: ``res_scale`` (1 in every script of the official repository, the config's default).
-Every key is renamed or explicitly dropped; any other key, a missing one or a wrong shape is an error that names it.
+Every key is renamed or explicitly dropped; any other key is an error that names it. The strict conversion, which also
+checks the result against the model (a missing key, a wrong shape), is :mod:`hf_xcv.models.ttsr.conversion_ttsr`'s.
 """
 
 from __future__ import annotations
@@ -29,7 +30,6 @@ import torch
 from ..layers.vgg import normalization_constants
 from .checkpoint_io import load_official_state_dict
 from .rules import Rule, rename_keys
-from .rules import check_exact_keys as check_converted_keys
 
 TARGET_MODEL_TYPE = "xcv_ttsr"
 PROCESSOR_TYPE = "TTSRImageProcessor"
@@ -153,27 +153,3 @@ def convert_state_dict(state_dict: dict[str, torch.Tensor]) -> tuple[dict[str, t
     state_dict = strip_data_parallel(state_dict)
     check_mean_shift(state_dict)
     return rename_keys(state_dict, RULES, DROP)
-
-
-def check_exact_keys(config: dict[str, Any], state_dict: dict[str, torch.Tensor], source: str) -> None:
-    """ValueError unless the converted keys are exactly those of the model ``config`` describes (built on the meta
-    device): nothing missing, the task head included, and nothing the model would not use."""
-    from ..models.ttsr import TTSRConfig, TTSRForReferenceSuperResolution  # the models import hf_xcv.conversion
-
-    with torch.device("meta"):
-        expected = TTSRForReferenceSuperResolution(TTSRConfig.from_dict(config)).state_dict()
-    check_converted_keys(expected, state_dict, source, f"a {config['num_res_blocks']} TTSR")
-
-
-def convert_official(
-    state_dict: dict[str, torch.Tensor], source: str = "the checkpoint"
-) -> tuple[dict[str, Any], dict[str, torch.Tensor], list[str]]:
-    """An official state dict -> (hf_xcv config dict, state dict, dropped keys), strictly: every key renamed or
-    explicitly dropped, none missing, every shape the model's (CheckpointMismatchError otherwise)."""
-    from . import check_converted
-
-    config = convert_config(state_dict)
-    converted, dropped = convert_state_dict(state_dict)
-    check_exact_keys(config, converted, source)
-    check_converted(config, converted, TARGET_MODEL_TYPE, source)  # the shapes
-    return config, converted, dropped

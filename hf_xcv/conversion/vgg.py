@@ -19,8 +19,7 @@ import torch
 from safetensors import safe_open
 from torch import nn
 
-from ..layers.vgg import RELU3_1, RELU5_1, VGG19Features, vgg19_layers
-from ..losses.perceptual import find_texture_extractor
+from ..layers.vgg import RELU3_1, RELU5_1, VGG19Features, find_texture_extractor, vgg19_layers
 from .checkpoint_io import CheckpointMismatchError, CorruptCheckpointError, save_safetensors
 
 # The texture extractor's slices of ``features``: its parameter ``sliceK.N.*`` is VGG19's ``features.N.*``.

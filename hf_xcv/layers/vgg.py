@@ -81,3 +81,38 @@ class VGG19Features(nn.Module):
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         return self.features(self.normalization(images))
+
+
+class TTSRTextureExtractor(nn.Module):
+    """The learnable texture extractor (LTE): VGG19 up to relu3_1 with torchvision's indices (``slice1.0``,
+    ``slice2.2``, ``slice2.5``, ``slice3.7``, ``slice3.10``), on ImageNet-normalised images; trained with the model.
+    Gives relu1_1 (full resolution), relu2_1 (1/2) and relu3_1 (1/4); ``texture_channels`` are the three levels'
+    widths (VGG19's: 64, 128, 256)."""
+
+    def __init__(self, texture_channels: Sequence[int] = (64, 128, 256), num_channels: int = 3):
+        super().__init__()
+        c1, c2, c3 = texture_channels
+        layers = vgg19_layers(RELU3_1, layout=(c1, c1, "M", c2, c2, "M", c3), in_channels=num_channels)
+        self.normalization = ImageNetNormalization()
+        self.slice1 = indexed(layers[0:2], 0)
+        self.slice2 = indexed(layers[2:7], 2)
+        self.slice3 = indexed(layers[7:12], 7)
+
+    def forward(self, images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        lv1 = self.slice1(self.normalization(images))  # (B, C1, H, W)
+        lv2 = self.slice2(lv1)  # (B, C2, H/2, W/2)
+        return lv1, lv2, self.slice3(lv2)  # relu3_1: (B, C3, H/4, W/4)
+
+    def frozen(self, images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The same features with the weights detached: gradients reach ``images`` but not the extractor (the
+        original's ``LTE_copy``, which the transferal perceptual loss reads)."""
+        weights = {name: param.detach() for name, param in self.named_parameters()}
+        return torch.func.functional_call(self, weights, (images,))
+
+
+def find_texture_extractor(model: nn.Module) -> TTSRTextureExtractor:
+    """The one TTSR texture extractor in ``model`` (a TTSR model, a wrapper around one, or the extractor)."""
+    found = [module for module in model.modules() if isinstance(module, TTSRTextureExtractor)]
+    if len(found) != 1:
+        raise ValueError(f"{type(model).__name__} holds {len(found)} TTSR texture extractors; expected exactly one")
+    return found[0]

@@ -26,6 +26,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from ..layers.vgg import find_texture_extractor
 from .reconstruction import reconstruction_loss
 
 TEXTURE_LOSS_KINDS = ("l1", "l2")
@@ -107,16 +108,6 @@ def texture_loss(
     error = F.l1_loss if kind == "l1" else F.mse_loss
     losses = [error(f.float() * w, t.float() * w) for f, t, w in zip(features, textures, weights)]
     return sum(losses) / len(losses)
-
-
-def find_texture_extractor(model: nn.Module) -> nn.Module:
-    """The one TTSR texture extractor in ``model`` (a TTSR model, a wrapper around one, or the extractor)."""
-    from ..models.ttsr.modeling_ttsr import TTSRTextureExtractor  # the model's module imports hf_xcv.losses
-
-    found = [module for module in model.modules() if isinstance(module, TTSRTextureExtractor)]
-    if len(found) != 1:
-        raise ValueError(f"{type(model).__name__} holds {len(found)} TTSR texture extractors; expected exactly one")
-    return found[0]
 
 
 def transferal_perceptual_loss(

@@ -38,6 +38,7 @@ from torch.utils.data import DataLoader, Dataset
 from tqdm.auto import tqdm
 from transformers import get_scheduler
 
+from ..model_card import MeasuredResult, build_model_card, dataset_label, hub_id, write_model_card
 from .checkpointing import (
     FINAL_RESULTS,
     CheckpointManager,
@@ -47,7 +48,6 @@ from .checkpointing import (
     release_output_dir,
 )
 from .hub import push_folder_to_hub
-from .model_card import MeasuredResult, build_model_card, dataset_label, hub_id, write_model_card
 from .schedules import get_noam_schedule
 
 FINAL_STAGING = ".final-staging"
@@ -382,7 +382,7 @@ def run_model_card(
         dataset: the ``--dataset`` the run read; ``built_in`` = (that option's value for the built-in data, the id a
             card names it by). Any other dataset is named by its Hub id or folder name, and listed as a Hub dataset
             when it is one.
-        card_kwargs: further arguments of :func:`~hf_xcv.training.model_card.build_model_card` (task type, tags,
+        card_kwargs: further arguments of :func:`~hf_xcv.model_card.build_model_card` (task type, tags,
             template variables, ...).
     """
     own = built_in is not None and dataset == built_in[0]

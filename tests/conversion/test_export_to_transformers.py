@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 from marian_testing import random_marian
+from model_testing import SPECS
 
 import hf_xcv
 from hf_xcv import preset_config
@@ -128,7 +129,7 @@ def test_a_converted_marian_model_exports_back_to_its_own_weights(tmp_path):
 def test_what_transformers_has_no_equivalent_for_is_refused_by_name(tmp_path, model_type, overrides, message):
     entry = hf_xcv.MODEL_TYPES[model_type]
     head = next(iter(entry.heads.values()))
-    head(preset_config(entry.test_preset, **overrides)).save_pretrained(tmp_path / "ours")
+    head(preset_config(SPECS[model_type].test_preset, **overrides)).save_pretrained(tmp_path / "ours")
     with pytest.raises(ValueError, match=message):
         export_checkpoint(tmp_path / "ours", tmp_path / "theirs")
     assert not (tmp_path / "theirs").exists()

@@ -30,6 +30,7 @@ from hf_xcv.conversion.ipt_reference import (
     random_input,
 )
 from hf_xcv.convert import main as hf_xcv_convert
+from hf_xcv.models.ipt.conversion_ipt import convert_official
 from hf_xcv.presets import preset_config
 
 PRETRAIN = (2, 3, 4, 1, 1, 1)
@@ -41,7 +42,7 @@ CONVERTED_FILES = ["config.json", "model.safetensors", "preprocessor_config.json
 
 
 def converted_model(state_dict: dict[str, torch.Tensor], **kwargs) -> hf_xcv.IPTForImageRestoration:
-    config, converted, _ = mapping.convert_official(state_dict, num_attention_heads=HEADS, **kwargs)
+    config, converted, _ = convert_official(state_dict, num_attention_heads=HEADS, **kwargs)
     model = hf_xcv.IPTForImageRestoration(hf_xcv.IPTConfig.from_dict(config))
     model.load_state_dict(converted, strict=True)
     return model.eval()
@@ -85,7 +86,7 @@ def paper_sized(scales: tuple[int, ...]) -> dict[str, torch.Tensor]:
 def test_the_released_layouts_convert_to_the_paper_presets(scales, file_name, preset, keys, parameters):
     official = paper_sized(scales)
     assert len(official) == keys
-    config, converted, dropped = mapping.convert_official(official, file_name=file_name)
+    config, converted, dropped = convert_official(official, file_name=file_name)
     ours, paper = hf_xcv.IPTConfig.from_dict(config), preset_config(preset)
     for field in ("tasks", "n_feats", "image_size", "patch_size", "num_hidden_layers", "num_attention_heads",
                   "intermediate_size", "head_kernel_size", "num_head_blocks", "rgb_range", "image_mean",
@@ -198,7 +199,7 @@ def test_the_geometry_heads_and_value_range_are_read_from_the_weights():
 
 def test_a_file_without_the_position_ids_buffer_converts():
     official = _without(official_state_dict((2,)), mapping.POSITION_IDS)
-    config, converted, dropped = mapping.convert_official(official, num_attention_heads=HEADS)
+    config, converted, dropped = convert_official(official, num_attention_heads=HEADS)
     assert mapping.POSITION_IDS not in dropped and len(dropped) == 4
     model = converted_model(official)
     assert max(compare_with_original(model.double(), official).values()) <= TOL64
@@ -246,7 +247,7 @@ def test_the_patch_features_are_the_official_con_x():
 
 def test_the_paper_sized_x2_model_computes_the_official_forward_pass():
     official = official_state_dict((2,), n_feats=64, patch_size=48, patch_dim=3, num_heads=12, num_layers=12)
-    config, converted, _ = mapping.convert_official(official, file_name="IPT_sr2.pt")  # 12 heads by default
+    config, converted, _ = convert_official(official, file_name="IPT_sr2.pt")  # 12 heads by default
     model = hf_xcv.IPTForImageRestoration(hf_xcv.IPTConfig.from_dict(config))
     model.load_state_dict(converted, strict=True)
     deltas = compare_with_original(model.eval(), official)
@@ -266,7 +267,7 @@ def test_the_comparison_sees_a_misplaced_weight_but_not_the_head_count():
     swapped = hf_xcv.IPTForImageRestoration(model.config).eval()
     swapped.load_state_dict(state_dict)
     assert compare_with_original(swapped.double(), official)["sr_x2"] > 1e-3
-    config, converted, _ = mapping.convert_official(official, num_attention_heads=4)
+    config, converted, _ = convert_official(official, num_attention_heads=4)
     four = hf_xcv.IPTForImageRestoration(hf_xcv.IPTConfig.from_dict(config)).eval()
     four.load_state_dict(converted)
     assert max(compare_with_original(four.double(), official).values()) <= TOL64
@@ -418,7 +419,7 @@ def test_a_broken_state_dict_is_refused_by_name_and_nothing_is_written(tmp_path,
         kwargs["rgb_range"] = float(options["--rgb_range"])
     kwargs["num_attention_heads"] = int(options.get("--num_attention_heads", 12))
     with pytest.raises((ValueError, CheckpointMismatchError), match=message):
-        mapping.convert_official(make(), **kwargs)
+        convert_official(make(), **kwargs)
 
 
 FILES = {
@@ -468,7 +469,7 @@ def test_the_command_converts_and_verifies_in_a_fresh_process(tmp_path, subproce
     assert sorted(p.name for p in out.iterdir()) == CONVERTED_FILES
     config = json.loads((out / "config.json").read_text())
     assert config["tasks"] == order.split(",") and config["num_attention_heads"] == HEADS
-    _, expected, _ = mapping.convert_official(official, tasks=order.split(","), num_attention_heads=HEADS)
+    _, expected, _ = convert_official(official, tasks=order.split(","), num_attention_heads=HEADS)
     assert set(load_file(out / "model.safetensors")) == set(expected)
     processor = AutoImageProcessor.from_pretrained(out)
     assert isinstance(processor, hf_xcv.IPTImageProcessor) and processor.rgb_range == 255

@@ -13,7 +13,8 @@ from marian_testing import build_marian_tokenizer, marian_config, random_marian
 from transformers import MarianModel, MarianMTModel, MarianTokenizer
 
 import hf_xcv
-from hf_xcv.conversion import CorruptCheckpointError, convert_checkpoint
+from hf_xcv.checkpoint_conversion import convert_checkpoint
+from hf_xcv.conversion import CorruptCheckpointError
 from hf_xcv.conversion.marian import convert_config, convert_state_dict
 
 

@@ -29,6 +29,7 @@ from hf_xcv.conversion.ttsr_reference import (
     texture_features,
 )
 from hf_xcv.convert import main as hf_xcv_convert
+from hf_xcv.models.ttsr.conversion_ttsr import convert_official
 from hf_xcv.presets import preset_config
 
 PAPER = dict(n_feats=64, blocks=(16, 16, 8, 4), channels=(64, 128, 256))
@@ -50,7 +51,7 @@ def tiny() -> dict[str, torch.Tensor]:
 
 
 def converted_model(state_dict: dict[str, torch.Tensor], **overrides) -> hf_xcv.TTSRForReferenceSuperResolution:
-    config, converted, _ = mapping.convert_official(state_dict)
+    config, converted, _ = convert_official(state_dict)
     model = hf_xcv.TTSRForReferenceSuperResolution(hf_xcv.TTSRConfig.from_dict({**config, **overrides}))
     model.load_state_dict(converted, strict=True)
     return model.eval()
@@ -74,7 +75,7 @@ def relevance_margin(state_dict: dict[str, torch.Tensor], inputs: dict[str, torc
 def test_the_paper_layout_has_316_keys_and_converts_to_the_6_7m_paper_model():
     official = official_state_dict(**PAPER)
     assert len(official) == 316
-    config, converted, dropped = mapping.convert_official(official)
+    config, converted, dropped = convert_official(official)
     assert config == {
         "model_type": "xcv_ttsr",
         "architectures": ["TTSRForReferenceSuperResolution"],
@@ -289,7 +290,7 @@ def test_a_broken_state_dict_is_refused_by_name_and_nothing_is_written(tiny, tmp
         convert_ttsr.main(["--input", str(tmp_path / "broken.pt"), "--output", str(out)])
     assert not out.exists()
     with pytest.raises((ValueError, CheckpointMismatchError), match=message):  # the pure mapping says the same
-        mapping.convert_official(change(tiny))
+        convert_official(change(tiny))
 
 
 def _truncated(path, tiny, legacy=False):
@@ -337,7 +338,7 @@ def test_an_existing_output_is_kept_unless_overwrite(tiny, tmp_path):
 
 def test_a_half_precision_checkpoint_converts_and_the_tolerance_must_be_positive(tiny, tmp_path, capsys):
     half = {key: value.half() for key, value in tiny.items()}  # its MeanShift holds the constants to ~1e-3
-    config, converted, _ = mapping.convert_official(half)
+    config, converted, _ = convert_official(half)
     assert converted["head.conv_tail1.weight"].dtype == torch.float16
     torch.save(half, tmp_path / "TTSR.pt")
     with pytest.raises(SystemExit):

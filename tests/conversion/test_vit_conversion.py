@@ -12,7 +12,7 @@ import transformers
 from safetensors.torch import load_file
 
 import hf_xcv
-from hf_xcv.conversion import convert_checkpoint
+from hf_xcv.checkpoint_conversion import convert_checkpoint
 from hf_xcv.conversion.vit import convert_config, convert_state_dict
 
 TOLERANCE = 1e-4  # float32, the bar; the implementations agree to rounding

@@ -7,8 +7,8 @@ from huggingface_hub import ModelCard
 from huggingface_hub.repocard_data import model_index_to_eval_results
 
 import hf_xcv
+from hf_xcv.model_card import dataset_label, quoted
 from hf_xcv.training import TEMPLATES, MeasuredResult, build_model_card, write_model_card
-from hf_xcv.training.model_card import dataset_label, quoted
 
 
 @pytest.fixture

@@ -14,7 +14,8 @@ from model_testing import HEADS, entry_kwargs, main_output, make_inputs, serves,
 import hf_xcv
 from hf_xcv.attention import AttentionCore, available_attention_types, get_attention_class
 from hf_xcv.auto import AUTO_CLASSES
-from hf_xcv.conversion import CheckpointMismatchError, convert_checkpoint
+from hf_xcv.checkpoint_conversion import convert_checkpoint
+from hf_xcv.conversion import CheckpointMismatchError
 
 SWITCHES = [
     (case, name) for case in HEADS for name in available_attention_types() if name != "full" and serves(case[2], name)

@@ -12,6 +12,7 @@ import torch
 from model_testing import (
     HEADS,
     MODEL_CASES,
+    SPECS,
     assert_close_at_scale,
     auto_load,
     case_id,
@@ -39,9 +40,10 @@ def model_case(request):
 
 def test_every_model_type_has_a_test_preset_and_its_dummy_inputs():
     for model_type, entry in MODEL_TYPES.items():
-        assert entry.test_preset in hf_xcv.PRESETS, model_type
-        assert hf_xcv.PRESETS[entry.test_preset].model_type == model_type
-        assert callable(entry.dummy_inputs), model_type
+        spec = SPECS[model_type]  # its family's module in tests/model_specs
+        assert spec.test_preset in hf_xcv.PRESETS, model_type
+        assert hf_xcv.PRESETS[spec.test_preset].model_type == model_type
+        assert callable(spec.dummy_inputs), model_type
         assert set(entry.heads) <= set(AUTO_CLASSES), model_type
 
 
@@ -190,7 +192,7 @@ def test_every_attention_entry_trains_saves_and_reloads_in_every_model(head_case
     assert torch.isfinite(loss)
     loss.backward()
     trainable = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
-    zero_by_design = [re.compile(pattern) for pattern in model._structurally_zero_gradients]
+    zero_by_design = [re.compile(pattern) for pattern in SPECS[model_type].structurally_zero_gradients]
     designed = [(n, p) for n, p in trainable if any(z.fullmatch(n) for z in zero_by_design)]
     assert all(p.grad is not None and not p.grad.abs().sum() > 0 for _, p in designed), "a zero-by-design gradient"
     missing = [n for n, p in trainable if (n, p) not in designed and (p.grad is None or not p.grad.abs().sum() > 0)]

@@ -144,7 +144,7 @@ def test_the_pathfinder_preset_is_lras_pathfinder_encoder():
 
 
 def test_pixel_presets_have_no_padding_id_and_take_the_shared_dummy_inputs():
-    from hf_xcv.models.xformer.modeling_xformer import xformer_dummy_inputs
+    from model_specs.xformer import xformer_dummy_inputs
 
     config = train_lra.build_config(train_lra.ModelArguments(), "pathfinder", 64, ["0", "1"], 256)
     assert config.pad_token_id is None  # a black pixel (id 0) is a token like any other

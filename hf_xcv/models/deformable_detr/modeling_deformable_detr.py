@@ -347,13 +347,6 @@ class DeformableDetrPreTrainedModel(DetrPreTrainedModel):
     _task_head_modules = ("class_embed", "bbox_embed")
     attention_requests = DEFORMABLE_DECODER_REQUESTS
     attention_role = "Deformable DETR's decoder"
-    # Zero by the original initialisation, on a freshly initialised model (the first update brings them in): the
-    # box heads' last layer is zero, so its first two layers get no gradient; positions (and so the level
-    # embedding) reach the encoder only through the sampling offsets and attention weights, whose matrices are zero.
-    _structurally_zero_gradients = (
-        r"bbox_embed\.\d+\.layers\.[01]\.(weight|bias)",
-        r"(model\.)?level_embed",
-    )
 
     def _init_weights(self, module: nn.Module) -> None:
         """The original initialisation: Xavier-uniform matrices in the transformer (the decoder's fused q/k/v

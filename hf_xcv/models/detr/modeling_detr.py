@@ -355,15 +355,6 @@ class DetrPreTrainedModel(XcvPreTrainedModel):
     _keys_to_ignore_on_load_unexpected = [r".*\.num_batches_tracked"]
     _keys_to_ignore_on_load_missing = [r".*\.num_batches_tracked"]  # ordinary BatchNorm (freeze_batch_norm=False)
     attention_requests = DETR_ENCODER_REQUESTS
-    # The first decoder layer's self-attention reads the all-zero initial targets as its values. With the
-    # original's zero attention biases its values are then zero and its output is o_proj's bias alone: the q, k, v
-    # and o matrices, the q / k biases and the LayerNorm's scale get no gradient from a freshly initialised model
-    # (in the original as here; the first update of the value bias brings them in).
-    _structurally_zero_gradients = (
-        r"(model\.)?decoder\.layers\.0\.self_attn\.(q|k|v|o)_proj\.weight",
-        r"(model\.)?decoder\.layers\.0\.self_attn\.(q|k)_proj\.bias",
-        r"(model\.)?decoder\.layers\.0\.self_attn_layer_norm\.weight",
-    )
     attention_role = "DETR's encoder"
 
     def _init_weights(self, module: nn.Module) -> None:
@@ -609,30 +600,3 @@ class DetrForObjectDetection(DetrPreTrainedModel):
             pred_boxes=all_boxes[-1],
             auxiliary_outputs=auxiliary,
         )
-
-
-def detr_dummy_inputs(model: DetrPreTrainedModel, *, batch: int = 2, labels: bool = True, padded: bool = True) -> dict:
-    """What the registry-driven tests feed every DETR and Deformable DETR model: a batch of images where the
-    second is padded at the bottom and right (when ``padded``), and for the detector one target dict per image:
-    with ``padded`` the first image without objects and the others with 1, 2, ... boxes; without, two boxes in
-    every image (so that any split of the batch holds as many objects in each part)."""
-    generator = torch.Generator().manual_seed(0)
-    height, width = 96, 80
-    inputs: dict[str, Any] = {
-        "pixel_values": torch.randn(batch, model.config.num_channels, height, width, generator=generator)
-    }
-    mask = torch.ones(batch, height, width, dtype=torch.long)
-    if padded and batch > 1:
-        mask[1:, 64:, :] = 0
-        mask[1:, :, 48:] = 0
-    inputs["pixel_mask"] = mask
-    if labels and getattr(model, "_is_task_model", False):  # the detectors: DETR, Deformable DETR
-        targets = []
-        for index in range(batch):
-            count = index if padded else 2
-            centres = 0.25 + 0.5 * torch.rand(count, 2, generator=generator)
-            sizes = 0.1 + 0.3 * torch.rand(count, 2, generator=generator)
-            classes = torch.randint(0, model.config.num_labels, (count,), generator=generator)
-            targets.append({"class_labels": classes, "boxes": torch.cat([centres, sizes], dim=-1)})
-        inputs["labels"] = targets
-    return inputs

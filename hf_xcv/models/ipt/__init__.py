@@ -1,3 +1,4 @@
+from ...registry import ModelEntry, register_model_type
 from .configuration_ipt import IPTConfig
 from .image_processing_ipt import IPTImageProcessor
 from .modeling_ipt import (
@@ -6,6 +7,19 @@ from .modeling_ipt import (
     IPTModel,
     IPTModelOutput,
     IPTPreTrainedModel,
+)
+from .presets import PRESETS, RECIPE
+
+ENTRY = register_model_type(
+    ModelEntry(
+        config=IPTConfig,
+        base_model=IPTModel,
+        heads={"AutoModelForImageToImage": IPTForImageRestoration},
+        image_processor=IPTImageProcessor,
+        presets=PRESETS,
+        conversion_formats=("ipt",),
+        recipe=RECIPE,
+    )
 )
 
 __all__ = [

@@ -625,21 +625,3 @@ class IPTForImageRestoration(IPTPreTrainedModel):
             weight, temperature = self.config.contrastive_loss_weight, self.config.contrastive_temperature
             loss = loss + weight * supervised_contrastive_loss(features, temperature=temperature)
         return loss
-
-
-def ipt_dummy_inputs(
-    model: IPTPreTrainedModel, *, batch: int = 2, labels: bool = True, padded: bool = True
-) -> dict[str, Any]:
-    """What the registry-driven tests feed every IPT model: one tile of values in [0, rgb_range] for the last task
-    (and its clean images for the task model). ``padded`` means nothing to images."""
-    config = model.config
-    generator = torch.Generator().manual_seed(0)
-    size, task = config.image_size, config.tasks[-1]
-    inputs: dict[str, Any] = {
-        "pixel_values": torch.rand(batch, config.num_channels, size, size, generator=generator) * config.rgb_range,
-        "task": task,
-    }
-    if labels and isinstance(model, IPTForImageRestoration):
-        side = size * model.scale(task)
-        inputs["labels"] = torch.rand(batch, config.num_channels, side, side, generator=generator) * config.rgb_range
-    return inputs

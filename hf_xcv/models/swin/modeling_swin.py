@@ -36,7 +36,7 @@ from ...attention.shifted_window import (
     window_maps_to_tokens,
 )
 from ...layers import DropPath, Mlp, PatchEmbed, resample_patch_pos_embed, to_pair
-from ...modeling_utils import XcvPreTrainedModel, image_dummy_inputs
+from ...modeling_utils import XcvPreTrainedModel
 from .configuration_swin import SWIN_ATTENTION_REQUESTS, SwinConfig
 
 
@@ -508,11 +508,3 @@ class SwinBackbone(BackboneMixin, SwinPreTrainedModel):
             hidden_states=encoded.stage_features if output_hidden_states else None,
             attentions=encoded.attentions,
         )
-
-
-def swin_dummy_inputs(model: SwinPreTrainedModel, *, batch: int = 2, labels: bool = True, padded: bool = True) -> dict:
-    """Random images of the model's size (and class labels for the classifier): what the registry-driven tests
-    feed every Swin model. ``padded`` means nothing to images."""
-    return image_dummy_inputs(
-        model.config, batch=batch, labels=labels and isinstance(model, SwinForImageClassification)
-    )

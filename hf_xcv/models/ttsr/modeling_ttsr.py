@@ -38,7 +38,7 @@ from ...attention.texture import (
     unfold_level,
 )
 from ...layers import check_pixel_tensor
-from ...layers.vgg import RELU3_1, ImageNetNormalization, indexed, normalization_constants, vgg19_layers
+from ...layers.vgg import ImageNetNormalization, TTSRTextureExtractor, normalization_constants
 from ...losses.reconstruction import reconstruction_loss
 from ...modeling_utils import XcvPreTrainedModel
 from ...processing.restoration import SCALE
@@ -46,10 +46,6 @@ from .configuration_ttsr import TTSR_ATTENTION_REQUESTS, TTSRConfig
 
 LEVEL_SCALES = (1, 2, 4)  # the texture levels' resolutions relative to the relevance's (relu3_1, relu2_1, relu1_1)
 MIN_INPUT_SIDE = 3  # one 3x3 patch of the relevance embedding (at the input's resolution)
-# peft's default targets, in the modules TTSR has: each residual block's first (in place of the query/key projections
-# and fc1) and second convolution (value/output projections, fc2)
-TTSR_ADAPTER_MODULES = {"q_proj": "conv1", "k_proj": "conv1", "fc1": "conv1", "v_proj": "conv2", "o_proj": "conv2",
-                        "fc2": "conv2"}  # fmt: skip
 
 
 @dataclass
@@ -92,32 +88,6 @@ def conv1x1(in_channels: int, out_channels: int) -> nn.Conv2d:
 def upsample(x: torch.Tensor, factor: int) -> torch.Tensor:
     """Bicubic x``factor``, as the original (``F.interpolate(..., scale_factor, mode="bicubic")``)."""
     return F.interpolate(x, scale_factor=factor, mode="bicubic")
-
-
-class TTSRTextureExtractor(nn.Module):
-    """The learnable texture extractor (LTE): VGG19 up to relu3_1 with torchvision's indices (``slice1.0``,
-    ``slice2.2``, ``slice2.5``, ``slice3.7``, ``slice3.10``), on ImageNet-normalised images; trained with the model.
-    Gives relu1_1 (full resolution), relu2_1 (1/2) and relu3_1 (1/4)."""
-
-    def __init__(self, config: TTSRConfig):
-        super().__init__()
-        c1, c2, c3 = config.texture_channels
-        layers = vgg19_layers(RELU3_1, layout=(c1, c1, "M", c2, c2, "M", c3), in_channels=config.num_channels)
-        self.normalization = ImageNetNormalization()
-        self.slice1 = indexed(layers[0:2], 0)
-        self.slice2 = indexed(layers[2:7], 2)
-        self.slice3 = indexed(layers[7:12], 7)
-
-    def forward(self, images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        lv1 = self.slice1(self.normalization(images))  # (B, C1, H, W)
-        lv2 = self.slice2(lv1)  # (B, C2, H/2, W/2)
-        return lv1, lv2, self.slice3(lv2)  # relu3_1: (B, C3, H/4, W/4)
-
-    def frozen(self, images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """The same features with the weights detached: gradients reach ``images`` but not the extractor (the
-        original's ``LTE_copy``, which the transferal perceptual loss reads)."""
-        weights = {name: param.detach() for name, param in self.named_parameters()}
-        return torch.func.functional_call(self, weights, (images,))
 
 
 class TTSRTextureTransformer(nn.Module):
@@ -440,7 +410,7 @@ class TTSRModel(TTSRPreTrainedModel):
 
     def __init__(self, config: TTSRConfig):
         super().__init__(config)
-        self.texture_extractor = TTSRTextureExtractor(config)
+        self.texture_extractor = TTSRTextureExtractor(config.texture_channels, config.num_channels)
         self.texture_transformer = TTSRTextureTransformer(config)
         self.main_network = TTSRMainNetwork(config)
         self.post_init()
@@ -563,23 +533,3 @@ class TTSRForReferenceSuperResolution(TTSRPreTrainedModel):
             hidden_states=outputs.hidden_states,
             attentions=outputs.attentions,
         )
-
-
-def ttsr_dummy_inputs(
-    model: TTSRPreTrainedModel, *, batch: int = 2, labels: bool = True, padded: bool = True
-) -> dict[str, torch.Tensor]:
-    """What the registry-driven tests feed every TTSR model: a 6x5 input and a 28x24 reference in [-1, 1] with their
-    bicubic companions (and 24x20 labels for the task model). ``padded`` means nothing to images."""
-    generator = torch.Generator().manual_seed(0)
-    channels = model.config.num_channels
-    lr = torch.rand(batch, channels, 6, 5, generator=generator) * 2 - 1
-    ref = torch.rand(batch, channels, 28, 24, generator=generator) * 2 - 1
-    inputs = {
-        "pixel_values": lr,
-        "upsampled_pixel_values": upsample(lr, SCALE).clamp(-1, 1),
-        "reference_pixel_values": ref,
-        "degraded_reference_pixel_values": upsample(F.avg_pool2d(ref, SCALE), SCALE).clamp(-1, 1),
-    }
-    if labels and isinstance(model, TTSRForReferenceSuperResolution):
-        inputs["labels"] = torch.rand(batch, channels, 24, 20, generator=generator) * 2 - 1
-    return inputs

@@ -19,7 +19,7 @@ from transformers.utils.generic import can_return_tuple
 
 from ...attention import MultiHeadAttention
 from ...layers import DropPath, Mlp, PatchEmbed, resample_patch_pos_embed, to_pair
-from ...modeling_utils import XcvPreTrainedModel, image_dummy_inputs
+from ...modeling_utils import XcvPreTrainedModel
 from .configuration_vit import VIT_ATTENTION_REQUESTS, ViTConfig
 
 
@@ -277,9 +277,3 @@ class ViTForImageClassification(ViTPreTrainedModel):
         return ImageClassifierOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
         )
-
-
-def vit_dummy_inputs(model: ViTPreTrainedModel, *, batch: int = 2, labels: bool = True, padded: bool = True) -> dict:
-    """Random images of the model's size (and class labels for the classifier): what the registry-driven tests
-    feed every ViT model. ``padded`` means nothing to images."""
-    return image_dummy_inputs(model.config, batch=batch, labels=labels and isinstance(model, ViTForImageClassification))

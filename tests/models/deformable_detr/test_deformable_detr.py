@@ -12,6 +12,7 @@ import pytest
 import torch
 import transformers
 from detection_testing import assert_same_detections, padded_batch, randomize_norms
+from model_testing import make_inputs
 from transformers import AutoImageProcessor, AutoModelForObjectDetection
 from transformers.models.deformable_detr.modeling_deformable_detr import (
     MultiScaleDeformableAttention as TransformersMSDA,
@@ -274,7 +275,7 @@ def test_two_stage_supervises_the_encoder_proposals_class_agnostically():
     """The two-stage loss adds the set loss of the encoder's proposals with every target as class 0 (the
     original's ``_enc`` losses; transformers drops them, D7), so the proposal heads learn."""
     model = DeformableDetrForObjectDetection(tiny("two_stage")).train()
-    inputs = hf_xcv.MODEL_TYPES["xcv_deformable_detr"].dummy_inputs(model)
+    inputs = make_inputs(model)
     out = model(**inputs)
     for name in ("loss_ce_enc", "loss_bbox_enc", "loss_giou_enc"):
         assert name in out.loss_dict

@@ -11,6 +11,7 @@ import pytest
 import torch
 import transformers
 from detection_testing import assert_same_detections, original_layout, padded_batch, randomize_norms, torchvision_names
+from model_testing import make_inputs
 from transformers import AutoModelForObjectDetection, ResNetConfig
 
 import hf_xcv
@@ -175,7 +176,7 @@ def test_backbone_trains_as_the_original_batchnorm_frozen_stem_and_first_stage_f
     assert not any(p.requires_grad for p in backbone.encoder.stages[0].parameters())
     assert all(p.requires_grad for stage in backbone.encoder.stages[1:] for p in stage.parameters())
     statistics = {n: b.clone() for n, b in backbone.named_buffers()}
-    inputs = hf_xcv.MODEL_TYPES["xcv_detr"].dummy_inputs(model.train())
+    inputs = make_inputs(model.train())
     model(**inputs).loss.backward()
     assert all(torch.equal(statistics[n], b) for n, b in backbone.named_buffers())  # BatchNorm does not update
     model.save_pretrained(tmp_path)  # loading materialises parameters anew: the frozen stages stay frozen
@@ -195,7 +196,7 @@ def test_from_scratch_backbones_keep_ordinary_batchnorm_and_load_frozen_checkpoi
     assert norms and not any(isinstance(m, FrozenBatchNorm2d) for m in trainable.modules())
     assert all(p.requires_grad for p in trainable.model.backbone.parameters())
     before = norms[0].running_mean.clone()
-    trainable.train()(**hf_xcv.MODEL_TYPES["xcv_detr"].dummy_inputs(trainable)).loss.backward()
+    trainable.train()(**make_inputs(trainable)).loss.backward()
     assert not torch.equal(before, norms[0].running_mean)
     pixels, mask = padded_batch()
     with torch.no_grad():  # in eval mode ordinary BatchNorm with the same statistics is the frozen map
@@ -221,7 +222,7 @@ def test_swin_backbone_plugs_in_through_the_backbone_api():
     swin.update(window_size=2, image_size=64, out_features=["stage4"])
     config = preset_config("detr-test-tiny", backbone_config=swin, num_labels=3)
     model = DetrForObjectDetection(config).train()
-    inputs = hf_xcv.MODEL_TYPES["xcv_detr"].dummy_inputs(model)
+    inputs = make_inputs(model)
     model(**inputs).loss.backward()
     swin_model = model.model.backbone.model.swin
     assert not any(p.requires_grad for p in swin_model.embeddings.parameters())

@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import pytest
 import torch
+from model_specs.ttsr import ttsr_dummy_inputs
 from torch.nn import functional as F
 from transformers import AutoModel, AutoModelForImageToImage
 
 import hf_xcv
 from hf_xcv import TTSRConfig, TTSRForReferenceSuperResolution, TTSRModel, preset_config
 from hf_xcv.attention.texture import best_matches, matched_relevance, patch_vectors, transfer_textures
-from hf_xcv.models.ttsr.modeling_ttsr import ttsr_dummy_inputs, upsample
+from hf_xcv.models.ttsr.modeling_ttsr import upsample
 
 
 def tiny(**overrides) -> TTSRConfig:

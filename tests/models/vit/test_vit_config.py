@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from model_testing import SPECS
 
 import hf_xcv
 from hf_xcv import PRESETS, ViTConfig, preset_config
@@ -97,6 +98,6 @@ def test_vit_base_preset_has_the_paper_parameter_count():
 def test_a_wrongly_typed_attention_setting_is_refused_when_the_config_is_made(
     model_type, attention_type, attention_kwargs, message
 ):
-    preset = hf_xcv.MODEL_TYPES[model_type].test_preset
+    preset = SPECS[model_type].test_preset
     with pytest.raises(ValueError, match=message):
         hf_xcv.preset_config(preset, attention_type=attention_type, attention_kwargs=attention_kwargs)

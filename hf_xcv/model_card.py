@@ -1,4 +1,5 @@
-"""Model cards with YAML metadata and a model-index of measured results, via huggingface_hub's ModelCard."""
+"""Model cards with YAML metadata and a model-index of measured results, via huggingface_hub's ModelCard: the card
+every ``save_pretrained`` writes (:func:`default_model_card`) and the training scripts' (:func:`build_model_card`)."""
 
 from __future__ import annotations
 
@@ -12,8 +13,11 @@ from typing import Any
 
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
+from .registry import auto_class_name, find_exporter, pipeline_tag
+from .version import __version__
+
 # The card templates, package data of hf_xcv (a checkout's top-level model_cards/ links here).
-TEMPLATES = Path(__file__).resolve().parents[1] / "model_cards"
+TEMPLATES = Path(__file__).resolve().parent / "model_cards"
 # Cards name hf_xcv as the library: loading the model needs it (the Hub then shows no bare-transformers snippet).
 LIBRARY_NAME = "hf_xcv"
 _REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?$")
@@ -72,10 +76,8 @@ def _versions() -> list[tuple[str, str]]:
     import torch
     import transformers
 
-    import hf_xcv
-
     return [
-        ("hf_xcv", hf_xcv.__version__),
+        ("hf_xcv", __version__),
         ("transformers", transformers.__version__),
         ("torch", torch.__version__),
         ("accelerate", accelerate.__version__),
@@ -160,9 +162,6 @@ def build_model_card(
 
 def _model_facts(model: Any, repo_id: str, base_model: str | None) -> dict[str, Any]:
     """What every card says of the model: names, size, its config table, how to load it, versions."""
-    from ..auto import auto_class_name
-    from ..conversion.export import can_export
-
     config = model.config
     return {
         "model_name": repo_id.split("/")[-1],
@@ -185,8 +184,6 @@ def _model_facts(model: Any, repo_id: str, base_model: str | None) -> dict[str, 
 def default_model_card(model: Any, repo_id: str, base_model: str | None = None) -> ModelCard:
     """The card every ``save_pretrained`` / ``push_to_hub`` of an hf_xcv model writes where there is none yet:
     the library, how to install and load it, what it was fine-tuned from."""
-    from ..auto import pipeline_tag
-
     config = model.config
     base = hub_id(base_model)
     card_data = ModelCardData(
@@ -198,6 +195,15 @@ def default_model_card(model: Any, repo_id: str, base_model: str | None = None) 
     return ModelCard.from_template(
         card_data, template_path=str(TEMPLATES / "model.md"), **_model_facts(model, repo_id, base)
     )
+
+
+def can_export(config_dict: dict[str, Any]) -> bool:
+    """Whether a config has an equivalent in transformers' own format (what a card says about leaving hf_xcv)."""
+    try:
+        find_exporter(config_dict.get("model_type")).export_config(config_dict)
+    except ValueError:
+        return False
+    return True
 
 
 def write_model_card(card: ModelCard, folder: str | os.PathLike) -> Path:

@@ -1,0 +1,15 @@
+"""ViT's test declarations."""
+
+from __future__ import annotations
+
+from hf_xcv import ViTForImageClassification
+from model_specs import ModelTestSpec, image_dummy_inputs
+
+
+def vit_dummy_inputs(model, *, batch: int = 2, labels: bool = True, padded: bool = True) -> dict:
+    """Random images of the model's size (and class labels for the classifier). ``padded`` means nothing to
+    images."""
+    return image_dummy_inputs(model.config, batch=batch, labels=labels and isinstance(model, ViTForImageClassification))
+
+
+SPECS = [ModelTestSpec("xcv_vit", "vit-test-tiny", vit_dummy_inputs, attention_test_overrides={"pooling": "mean"})]
