@@ -579,7 +579,13 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--timeout", type=float, default=1200.0, help="seconds per worker (one cell)")
-    parser.add_argument("--markdown", type=str, default=None, help="also write the report as markdown here")
+    parser.add_argument(
+        "--markdown",
+        type=str,
+        default=None,
+        help="also write the report as markdown here (default benchmarks/results/attention.md, unless --quick or "
+        "--in-process; '' for nowhere)",
+    )
     parser.add_argument("--in-process", action="store_true", help="no worker processes (fast; memory indicative)")
     parser.add_argument("--worker", nargs=2, metavar=("NAME", "LENGTH"), help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -593,7 +599,12 @@ def main() -> None:
     default = QUICK_LENGTHS if args.quick else DEFAULT_LENGTHS
     lengths = sorted(parse_list(args.lengths, int) if args.lengths else default)
     rows = rows_for(entries)
-    header = machine_lines(args.threads)
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import results_file  # benchmarks/results_file.py: the commit and date of the run, where its table goes
+
+    header = machine_lines(args.threads) + results_file.run_lines()
+    if args.markdown is None and not (args.quick or args.in_process):
+        args.markdown = str(results_file.RESULTS / "attention.md")
     print("\n".join(header), flush=True)
     start = time.perf_counter()
     runner = run_in_process if args.in_process else run_in_subprocess
@@ -603,7 +614,9 @@ def main() -> None:
     print()
     print(text)
     if args.markdown:
-        Path(args.markdown).write_text(text + "\n")
+        Path(args.markdown).write_text(
+            f"<!-- written by benchmarks/bench_attention.py: rerun it to replace this file -->\n{text}\n"
+        )
 
 
 if __name__ == "__main__":

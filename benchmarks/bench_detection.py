@@ -25,7 +25,9 @@ from __future__ import annotations
 
 import argparse
 import tempfile
+from pathlib import Path
 
+import results_file
 import torch
 import transformers
 from bench_vit import interleaved_medians
@@ -155,6 +157,17 @@ BUILDERS = {
 }
 
 
+TABLE_HEADER = [
+    "| pass | transformers (s) | hf_xcv (s) | ratio hf_xcv/transformers | speed-up |",
+    "|---|---|---|---|---|",
+]
+# The results file each model's rows go to (docs/benchmarks.md includes them).
+RESULTS_FILES = {
+    "detection_detr.md": ("detr",),
+    "detection_deformable_detr.md": ("deformable", "deformable-refine-two-stage", "operator"),
+}
+
+
 def run(name: str, args: argparse.Namespace, batch: dict) -> list[str]:
     """The table rows of one model (or the operator alone)."""
     if name == "operator":
@@ -189,6 +202,9 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=512)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument(
+        "--results", default=str(results_file.RESULTS), help="folder of the tables, one per family ('' for nowhere)"
+    )
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -198,20 +214,24 @@ def main() -> None:
         parser.error(f"unknown --models {unknown}; known: {sorted([*BUILDERS, 'operator'])}")
     batch = inputs(args.batch, args.size)
     threads = torch.get_num_threads()
-    print(f"batch {args.batch}, {args.size}x{args.size}, float32, {threads} threads, torch {torch.__version__}")
-    notes, table = [], []
+    title = f"batch {args.batch}, {args.size}x{args.size}, float32, {threads} threads, torch {torch.__version__}"
+    print(title)
+    notes, table = {}, {}
     for name in names:
         rows = run(name, args, batch)
-        notes.append(rows[0])
-        table.extend(rows[1:])
+        notes[name], table[name] = rows[0], rows[1:]
         print(rows[0], flush=True)
         print("\n".join(rows[1:]), flush=True)
     print()
-    print("\n".join(notes))
+    print("\n".join(notes.values()))
     print()
-    print("| pass | transformers (s) | hf_xcv (s) | ratio hf_xcv/transformers | speed-up |")
-    print("|---|---|---|---|---|")
-    print("\n".join(table))
+    print("\n".join(TABLE_HEADER))
+    print("\n".join(row for rows in table.values() for row in rows))
+    for file_name, group in RESULTS_FILES.items():  # one results file per family, with that family's rows
+        ran = [name for name in names if name in group]
+        if ran and args.results:
+            body = [title, "", *(notes[name] for name in ran), "", *TABLE_HEADER, *(r for n in ran for r in table[n])]
+            results_file.write(Path(args.results) / file_name, body)
 
 
 if __name__ == "__main__":

@@ -12,6 +12,8 @@ import subprocess
 import sys
 import time
 
+import results_file
+
 BASELINE = "import transformers, torch; from transformers import PreTrainedModel, AutoModel, AutoConfig"
 HF_XCV = "import hf_xcv"
 
@@ -28,10 +30,15 @@ def best_time(code: str, repeats: int) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument(
+        "--results", default=str(results_file.RESULTS / "import.md"), help="where the result goes ('' for nowhere)"
+    )
     args = parser.parse_args()
     best_time(HF_XCV, 1)  # warm the file cache
     baseline, ours = best_time(BASELINE, args.repeats), best_time(HF_XCV, args.repeats)
-    print(f"transformers + torch: {baseline:.2f} s; hf_xcv: {ours:.2f} s; hf_xcv adds {ours - baseline:.2f} s")
+    line = f"transformers + torch: {baseline:.2f} s; hf_xcv: {ours:.2f} s; hf_xcv adds {ours - baseline:.2f} s"
+    print(line)
+    results_file.write(args.results, [f"Best of {args.repeats} fresh interpreters each: {line}"])
 
 
 if __name__ == "__main__":

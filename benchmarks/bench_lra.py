@@ -55,11 +55,13 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import bench_attention as cost  # noqa: E402  (RSS measurement and the worker protocol, shared)
+import results_file  # noqa: E402  (the commit and date of the run)
 
 TASKS = ("listops", "image", "pathfinder")  # LRA Table 1's order (Text and Retrieval have no offline stand-in)
 CHANCE = {"listops": 10.0, "image": 10.0, "pathfinder": 50.0}
-# Optimizer steps per cell: each task with the training script's recipe for it (hf_xcv.cli.train_lra.TASK_RECIPES:
-# batches of 16 for ListOps and the digits, LRA's Pathfinder recipe of large batches, 128, without weight decay).
+# Optimizer steps per cell: each task with the training script's recipe for it (the recipe of its preset,
+# xformer-lra-<task>: batches of 16 for ListOps and the digits, LRA's Pathfinder recipe of large batches, 128,
+# without weight decay).
 DEFAULT_STEPS = {"listops": 400, "image": 400, "pathfinder": 3000}
 QUICK_STEPS = 4
 # The tasks at the scale of a background run on 2 CPU cores (accuracy phase with --jobs 2: ~1 hour for ListOps and
@@ -665,7 +667,7 @@ def main() -> None:
         if sorted(set(chosen) - set(entries)):
             parser.error(f"--entries must be among the sequence entries {entries}, got {chosen}")
         entries = chosen
-    header = cost.machine_lines(args.threads)[:2] + [f"output: {args.output}"]
+    header = cost.machine_lines(args.threads)[:2] + results_file.run_lines() + [f"output: {args.output}"]
     if not args.report_only:
         print("\n".join(header), flush=True)
         cells = [(task, row) for task in tasks for row in cost.rows_for(entries)]
@@ -680,7 +682,9 @@ def main() -> None:
         parser.error(f"no stored cells under {args.output / 'cells'}: run the benchmark first (without --report-only)")
     text = build_report(stored, header, shortcut_baselines(args.output))
     print("\n" + text)
-    (args.output / "report.md").write_text(text + "\n")
+    (args.output / "report.md").write_text(
+        f"<!-- written by benchmarks/bench_lra.py: rerun it to replace this file -->\n{text}\n"
+    )
     if plot(stored, args.output / "accuracy_vs_speed.png"):
         print(f"plot: {args.output / 'accuracy_vs_speed.png'}")
 

@@ -57,6 +57,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import results_file
 import torch
 from bench_attention import (
     _allocate_as_usual,
@@ -111,8 +112,8 @@ def build(part: str, method: str, lr: int, ref: int) -> tuple[Any, tuple]:
         key_features = torch.rand(1, 256, ref // 4, ref // 4, generator=generator)
         return (dense_relevance if method == "dense" else chunked_relevance), (query_features, key_features)
     import hf_xcv
-    from hf_xcv.conversion.ttsr import convert_official
     from hf_xcv.conversion.ttsr_reference import official_state_dict, original_forward, random_inputs
+    from hf_xcv.models.ttsr.conversion_ttsr import convert_official
 
     official = official_state_dict(n_feats=64, blocks=(16, 16, 8, 4), channels=(64, 128, 256))
     inputs = random_inputs(batch=1, lr_size=(lr, lr), ref_size=(ref, ref))
@@ -325,6 +326,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--timeout", type=float, default=3600.0)
     parser.add_argument("--worker", nargs=4, metavar=("PART", "METHOD", "LR", "REF"), help=argparse.SUPPRESS)
     parser.add_argument("--ipt-worker", nargs=2, metavar=("METHOD", "SIDE"), help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--results", default=None, help="folder of the tables (default benchmarks/results, none with --quick; '' none)"
+    )
     args = parser.parse_args(argv)
     unknown = sorted(set(args.models.split(",")) - {"ttsr", "ipt"})
     if unknown:
@@ -353,12 +357,19 @@ def main(argv: list[str] | None = None) -> None:
         make = lambda: build_ipt(method, int(side), args.ipt_preset, args.ipt_task, args.tile_batch_size)  # noqa: E731
         print("RESULT " + json.dumps(measured(make, IPT_SLOW_SECONDS)), flush=True)
         return
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {available_mib() / 1024:.1f} GiB available")
+    machine = (
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads, {available_mib() / 1024:.1f} GiB available"
+    )
+    print(machine)
     models = args.models.split(",")
-    if "ttsr" in models:
-        ttsr_tables(args)
-    if "ipt" in models:
-        ipt_table(args)
+    # Each section's tables go to their own results file (a --quick run is a check: it writes none unless asked).
+    results = args.results if args.results is not None else ("" if args.quick else str(results_file.RESULTS))
+    for section, tables in (("ttsr", ttsr_tables), ("ipt", ipt_table)):
+        if section in models:
+            with results_file.tee() as printed:
+                tables(args)
+            if results:
+                results_file.write(Path(results) / f"restoration_{section}.md", [machine, *printed])
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import tempfile
 
+import results_file
 import torch
 import transformers
 from bench_vit import classifier_passes, interleaved_medians
@@ -49,6 +50,9 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument(
+        "--results", default=str(results_file.RESULTS / "swin.md"), help="where the table goes ('' for nowhere)"
+    )
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -60,17 +64,21 @@ def main() -> None:
 
     results = interleaved_medians(models, classifier_passes(pixels), args.repeats)
 
-    print(f"Swin-T, batch {args.batch}, 224x224, float32, {torch.get_num_threads()} threads, torch {torch.__version__}")
-    print("same weights: max |delta logits| against transformers sdpa: " + ", ".join(
-        f"{name} {delta:.1e}" for name, delta in deltas.items()))  # fmt: skip
-    print()
-    print("| pass | transformers sdpa (s) | transformers eager (s) | hf_xcv sdpa (s) | hf_xcv eager (s) "
-          "| ratio hf_xcv/transformers (sdpa) | ratio (eager) | hf_xcv eager/sdpa |")  # fmt: skip
-    print("|---|---|---|---|---|---|---|---|")
+    lines = [
+        f"Swin-T, batch {args.batch}, 224x224, float32, {torch.get_num_threads()} threads, torch {torch.__version__}",
+        "same weights: max |delta logits| against transformers sdpa: "
+        + ", ".join(f"{name} {delta:.1e}" for name, delta in deltas.items()),
+        "",
+        "| pass | transformers sdpa (s) | transformers eager (s) | hf_xcv sdpa (s) | hf_xcv eager (s) "
+        "| ratio hf_xcv/transformers (sdpa) | ratio (eager) | hf_xcv eager/sdpa |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for pass_name, t in results.items():
         ts, te, os_, oe = (t[k] for k in ("transformers sdpa", "transformers eager", "hf_xcv sdpa", "hf_xcv eager"))
-        print(f"| {pass_name} | {ts:.3f} | {te:.3f} | {os_:.3f} | {oe:.3f} | {os_ / ts:.3f} | {oe / te:.3f} "
-              f"| {oe / os_:.3f} |")  # fmt: skip
+        lines.append(f"| {pass_name} | {ts:.3f} | {te:.3f} | {os_:.3f} | {oe:.3f} | {os_ / ts:.3f} | {oe / te:.3f} "
+                     f"| {oe / os_:.3f} |")  # fmt: skip
+    print("\n".join(lines))
+    results_file.write(args.results, lines)
 
 
 if __name__ == "__main__":

@@ -34,6 +34,7 @@ import statistics
 import tempfile
 import time
 
+import results_file
 import torch
 import transformers
 
@@ -117,6 +118,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--no-greedy", action="store_true", help="skip the greedy-search row")
+    parser.add_argument(
+        "--results", default=str(results_file.RESULTS / "translation.md"), help="where the table goes ('' for nowhere)"
+    )
     return parser.parse_args()
 
 
@@ -184,19 +188,21 @@ def main() -> None:
     rows.insert(0, training_row(theirs, ours, input_ids, attention_mask, labels, args.repeats))
 
     params = sum(p.numel() for p in theirs.parameters())
-    print(
+    lines = [
         f"Marian (opus-mt base size, vocab {args.vocab}, {params / 1e6:.1f}M parameters), batch {args.batch}, "
         f"source/target {args.source_length}/{args.target_length} tokens, float32, {torch.get_num_threads()} threads, "
-        f"torch {torch.__version__}, transformers {transformers.__version__}"
-    )
-    print(f"same weights: max |delta logits| = {delta:.2e}, |delta loss| = {loss_delta:.2e}; "
-          f"median of {args.repeats} interleaved runs")  # fmt: skip
-    print()
-    print("| pass | transformers (ms) | hf_xcv (ms) | ratio hf_xcv/transformers | same token ids |")
-    print("|---|---|---|---|---|")
+        f"torch {torch.__version__}, transformers {transformers.__version__}",
+        f"same weights: max |delta logits| = {delta:.2e}, |delta loss| = {loss_delta:.2e}; "
+        f"median of {args.repeats} interleaved runs",
+        "",
+        "| pass | transformers (ms) | hf_xcv (ms) | ratio hf_xcv/transformers | same token ids |",
+        "|---|---|---|---|---|",
+    ]
     for name, timing, same in rows:
         t, o = timing["transformers"], timing["hf_xcv"]
-        print(f"| {name} | {1e3 * t:.1f} | {1e3 * o:.1f} | {o / t:.3f} | {same} |")
+        lines.append(f"| {name} | {1e3 * t:.1f} | {1e3 * o:.1f} | {o / t:.3f} | {same} |")
+    print("\n".join(lines))
+    results_file.write(args.results, lines)
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ import statistics
 import tempfile
 import time
 
+import results_file
 import torch
 import transformers
 
@@ -97,6 +98,9 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument(
+        "--results", default=str(results_file.RESULTS / "vit.md"), help="where the table goes ('' for nowhere)"
+    )
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -111,21 +115,23 @@ def main() -> None:
     mlp_rows = args.batch * ((224 // 16) ** 2 + 1)
     peak = matmul_gflops(mlp_rows, config.hidden_size, config.intermediate_size)
     flops = vit_forward_flops(config, args.batch)
-    print(
-        f"ViT-B/16, batch {args.batch}, 224x224, float32, {torch.get_num_threads()} threads, torch {torch.__version__}"
-    )
-    print(f"same weights: max |delta logits| = {delta:.2e}; forward = {flops / 1e9:.1f} GFLOP")
-    print(f"machine float32 matmul ({mlp_rows}x{config.hidden_size} @ {config.hidden_size}x{config.intermediate_size}):"
-          f" {peak:.1f} GFLOP/s")  # fmt: skip
-    print()
-    print("| pass | transformers (s) | hf_xcv (s) | ratio hf_xcv/transformers | transformers GFLOP/s | hf_xcv GFLOP/s "
-          "| hf_xcv % of matmul |")  # fmt: skip
-    print("|---|---|---|---|---|---|---|")
+    lines = [
+        f"ViT-B/16, batch {args.batch}, 224x224, float32, {torch.get_num_threads()} threads, torch {torch.__version__}",
+        f"same weights: max |delta logits| = {delta:.2e}; forward = {flops / 1e9:.1f} GFLOP",
+        f"machine float32 matmul ({mlp_rows}x{config.hidden_size} @ {config.hidden_size}x{config.intermediate_size}):"
+        f" {peak:.1f} GFLOP/s",
+        "",
+        "| pass | transformers (s) | hf_xcv (s) | ratio hf_xcv/transformers | transformers GFLOP/s | hf_xcv GFLOP/s "
+        "| hf_xcv % of matmul |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for name, timing in results.items():
         work = flops * (3 if name == "forward+backward" else 1)
         t, o = timing["transformers"], timing["hf_xcv"]
-        print(f"| {name} | {t:.3f} | {o:.3f} | {o / t:.3f} | {work / t / 1e9:.1f} | {work / o / 1e9:.1f} "
-              f"| {100 * work / o / 1e9 / peak:.0f}% |")  # fmt: skip
+        lines.append(f"| {name} | {t:.3f} | {o:.3f} | {o / t:.3f} | {work / t / 1e9:.1f} | {work / o / 1e9:.1f} "
+                     f"| {100 * work / o / 1e9 / peak:.0f}% |")  # fmt: skip
+    print("\n".join(lines))
+    results_file.write(args.results, lines)
 
 
 if __name__ == "__main__":
