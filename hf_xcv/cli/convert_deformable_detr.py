@@ -65,7 +65,7 @@ def transformers_model(source: str, converted: str, revision: str | None = None)
     if not is_official_file(source):
         return DeformableDetrForObjectDetection.from_pretrained(source, revision=revision)
     ours = hf_xcv.DeformableDetrConfig.from_pretrained(converted)
-    fields = {k: v for k, v in ours.to_dict().items() if k in mapping._ARCHITECTURE_FIELDS}
+    fields = {k: v for k, v in ours.to_dict().items() if k in mapping.ARCHITECTURE_FIELDS}
     backbone = ResNetConfig(**ours.backbone_config.to_dict())
     config = DeformableDetrConfig(
         **fields, backbone_config=backbone, num_labels=ours.num_labels, tie_word_embeddings=False

@@ -49,7 +49,7 @@ def transformers_model(source: str, converted: str, revision: str | None = None)
     if not is_official_file(source):
         return DetrForObjectDetection.from_pretrained(source, revision=revision)
     ours = hf_xcv.DetrConfig.from_pretrained(converted)
-    fields = {k: v for k, v in ours.to_dict().items() if k in mapping._ARCHITECTURE_FIELDS}
+    fields = {k: v for k, v in ours.to_dict().items() if k in mapping.ARCHITECTURE_FIELDS}
     backbone = ResNetConfig(**ours.backbone_config.to_dict())
     theirs = DetrForObjectDetection(
         DetrConfig(**fields, use_timm_backbone=False, backbone_config=backbone, num_labels=ours.num_labels)

@@ -54,7 +54,7 @@ def transformers_model(source: str, converted: str, revision: str | None = None)
     auto = AutoModelForImageClassification if classifier else AutoModel
     if not is_official_file(source):
         return auto.from_pretrained(source, revision=revision)
-    fields = {k: v for k, v in ours.to_dict().items() if k in mapping._SOURCE_DEFAULTS}
+    fields = {k: v for k, v in ours.to_dict().items() if k in mapping.SOURCE_DEFAULTS}
     theirs = auto.from_config(SwinConfig(**fields, num_labels=ours.num_labels))
     _, state_dict, _ = mapping.convert_official(mapping.load_official(source), ours.image_size)
     renamed = {

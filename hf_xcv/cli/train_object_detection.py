@@ -58,6 +58,7 @@ from hf_xcv.data.detection import DetectionCollator, detection_transform
 from hf_xcv.losses import box_cxcywh_to_xyxy
 from hf_xcv.metrics import MeanAveragePrecision
 from hf_xcv.presets import PRESETS
+from hf_xcv.processing.detection import DetectionImageProcessor
 from hf_xcv.registry import MODEL_TYPES, TrainingRecipe, converted_types
 from hf_xcv.training import TEMPLATES, TrainerState, runner
 from hf_xcv.visualization import detection_grid, draw_detections
@@ -204,7 +205,7 @@ def load_data(args: DataArguments, seed: int) -> DatasetDict:
     return runner.require_splits(data, args.dataset, splits, args.max_train_samples, None, seed, None)
 
 
-def build_processor(args: DataArguments, num_labels: int, model_type: str = "xcv_detr") -> hf_xcv.XcvDetrImageProcessor:
+def build_processor(args: DataArguments, num_labels: int, model_type: str = "xcv_detr") -> DetectionImageProcessor:
     """The image processor of ``model_type`` (DETR's, or Deformable DETR's with its sigmoid top-k
     post-processing) with the original's resize and augmentations, scaled from 800 / 1333 to ``shortest_edge`` /
     ``longest_edge``."""

@@ -23,22 +23,15 @@ from __future__ import annotations
 
 import argparse
 import re
+from functools import partial
 from typing import Any
 
 import torch
 
 from .checkpoint_io import load_pth_state_dict
-from .detr import _ARCHITECTURE_FIELDS as DETR_ARCHITECTURE_FIELDS
-from .detr import (
-    _count,
-    _official_resnet,
-    _rename_backbone,
-    _shape,
-    _split_in_proj,
-    detection_config,
-    resnet_config,
-)
-from .rules import Rule, rename_keys
+from .detection import DETECTOR_FIELDS, detection_config
+from .resnet import official_resnet, rename_backbone, resnet_config
+from .rules import Rule, count_indices, name_numbered_norms, rename_keys, required_shape, split_in_proj
 
 SOURCE_MODEL_TYPE = "deformable_detr"
 TARGET_MODEL_TYPE = "xcv_deformable_detr"
@@ -47,7 +40,7 @@ PROCESSOR_TYPE = "XcvDeformableDetrImageProcessor"
 # DETR's architecture fields without the ones where hf_xcv's defaults are Deformable DETR's recipe (dropout, the
 # costs and loss weights: transformers' own defaults there are not the original's), plus the deformable ones.
 _RECIPE_FIELDS = ("dropout", "class_cost", "bbox_cost", "giou_cost", "bbox_loss_coefficient", "giou_loss_coefficient")
-_ARCHITECTURE_FIELDS = tuple(f for f in DETR_ARCHITECTURE_FIELDS if f not in (*_RECIPE_FIELDS, "eos_coefficient")) + (
+ARCHITECTURE_FIELDS = tuple(f for f in DETECTOR_FIELDS if f not in (*_RECIPE_FIELDS, "eos_coefficient")) + (
     "num_feature_levels",
     "encoder_n_points",
     "decoder_n_points",
@@ -99,7 +92,7 @@ def convert_config(source: dict[str, Any]) -> dict[str, Any]:
     """transformers DeformableDetrConfig dict -> hf_xcv DeformableDetrConfig dict (architecture only)."""
     backbone = _backbone_config(source) if source.get("model_type") == SOURCE_MODEL_TYPE else {}
     return detection_config(
-        source, SOURCE_MODEL_TYPE, TARGET_MODEL_TYPE, _ARCHITECTURE_FIELDS, _ARCHITECTURES, backbone
+        source, SOURCE_MODEL_TYPE, TARGET_MODEL_TYPE, ARCHITECTURE_FIELDS, _ARCHITECTURES, backbone
     )
 
 
@@ -174,6 +167,8 @@ def _check_equal(entry: tuple[str, torch.Tensor], other: tuple[str, torch.Tensor
         raise ValueError(f"{entry[0]} differs from {other[0]} ({why})")
 
 
+_shape = partial(required_shape, checkpoint="an original Deformable DETR checkpoint")
+
 _P = r"^(model\.)?"  # the detector's prefix; a bare DeformableDetrModel has none
 _E = _P + r"encoder\.layers\.(\d+)\."
 _D = _P + r"decoder\.layers\.(\d+)\."
@@ -206,7 +201,7 @@ def convert_state_dict(
 ) -> tuple[dict[str, torch.Tensor], list[str]]:
     """transformers Deformable DETR state dict (on-disk or in-memory names, ResNet or timm backbone) of the
     transformers ``config`` (dict) -> hf_xcv's, and the keys deliberately dropped."""
-    moved = _rename_backbone(state_dict, _P + r"backbone\.(?:conv_encoder\.)?model\.", r"\1backbone.model.")
+    moved = rename_backbone(state_dict, _P + r"backbone\.(?:conv_encoder\.)?model\.", r"\1backbone.model.")
     # transformers ties its class heads where the config says so, except the two-stage model's
     tied = config.get("tie_word_embeddings", True) and not config.get("two_stage", False)
     merged, copies = merge_heads(moved, r"(?:model\.)?decoder\.", num_heads_of(config), tied)
@@ -230,7 +225,7 @@ _O = r"^transformer\.(encoder|decoder)\.layers\.(\d+)\."
 _OO = r"model.\1.layers.\2."
 _OE = r"^transformer\.encoder\.layers\.(\d+)\."
 _OD = r"^transformer\.decoder\.layers\.(\d+)\."
-# Applied after _name_norms, _split_in_proj and the backbone's renaming.
+# Applied after _name_norms, split_in_proj and the backbone's renaming.
 OFFICIAL_RULES: list[Rule] = [
     (r"^model\.backbone\.model\.(.+)", r"model.backbone.model.\1"),
     (r"^input_proj\.(\d+)\.([01])\." + _WB, r"model.input_proj.\1.\2.\3"),
@@ -259,22 +254,15 @@ _NORMS = {
 
 def _name_norms(state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """The numbered norms named, the decoder's ``cross_attn`` renamed ``encoder_attn``."""
-    out: dict[str, torch.Tensor] = {}
-    for key, tensor in state_dict.items():
-        key = re.sub(r"^(transformer\.decoder\.layers\.\d+\.)cross_attn\.", r"\1encoder_attn.", key)
-        if match := re.fullmatch(r"(transformer\.(encoder|decoder)\.layers\.\d+\.)norm(\d)\.(weight|bias)", key):
-            norm = _NORMS.get((match.group(2), match.group(3)))
-            if norm is None:
-                raise ValueError(f"{key}: the original {match.group(2)} layers have no norm{match.group(3)}")
-            key = f"{match.group(1)}{norm}.{match.group(4)}"
-        out[key] = tensor
-    return out
+    renamed = {re.sub(r"^(transformer\.decoder\.layers\.\d+\.)cross_attn\.", r"\1encoder_attn.", k): v
+               for k, v in state_dict.items()}  # fmt: skip
+    return name_numbered_norms(renamed, _NORMS)
 
 
 def _levels(state_dict: dict[str, torch.Tensor], hidden_sizes: list[int]) -> tuple[int, list[str]]:
     """Feature levels and the backbone stages they read: 1x1 projections of the last stages, then 3x3 stride-2
     convolutions of the previous level."""
-    levels = _count(state_dict, r"input_proj\.(\d+)\.")
+    levels = count_indices(state_dict, r"input_proj\.(\d+)\.")
     kernels = [_shape(state_dict, f"input_proj.{level}.0.weight")[2:] for level in range(levels)]
     read = sum(1 for kernel in kernels if kernel == (1, 1))
     if not levels or read > len(hidden_sizes) or any(k != (1, 1) for k in kernels[:read]):
@@ -310,7 +298,7 @@ def official_config(
     (``num_queries``, 300) and DC5 (``dilation``)."""
     if "input_proj.weight" in state_dict:
         raise ValueError("this is an original DETR checkpoint, not a Deformable DETR one: convert it as 'detr'")
-    backbone = _official_resnet(state_dict)
+    backbone = official_resnet(state_dict, "an original Deformable DETR checkpoint")
     levels, backbone["out_features"] = _levels(state_dict, backbone["hidden_sizes"])
     d_model = _shape(state_dict, "transformer.level_embed")[1]
     two_stage = "transformer.enc_output.weight" in state_dict
@@ -322,8 +310,8 @@ def official_config(
         "backbone_config": backbone,
         "d_model": d_model,
         "num_queries": queries,
-        "encoder_layers": _count(state_dict, r"transformer\.encoder\.layers\.(\d+)\."),
-        "decoder_layers": _count(state_dict, r"transformer\.decoder\.layers\.(\d+)\."),
+        "encoder_layers": count_indices(state_dict, r"transformer\.encoder\.layers\.(\d+)\."),
+        "decoder_layers": count_indices(state_dict, r"transformer\.decoder\.layers\.(\d+)\."),
         "encoder_ffn_dim": _shape(state_dict, "transformer.encoder.layers.0.linear1.weight")[0],
         "decoder_ffn_dim": _shape(state_dict, "transformer.decoder.layers.0.linear1.weight")[0],
         "encoder_attention_heads": num_heads,
@@ -347,8 +335,8 @@ def convert_official(
 ) -> tuple[dict[str, Any], dict[str, torch.Tensor], list[str]]:
     """An original checkpoint's ``"model"`` state dict -> (hf_xcv config dict, state dict, dropped keys)."""
     config = official_config(state_dict, num_heads, num_queries, dilation)
-    split = _split_in_proj(_name_norms(state_dict))
-    backbone = _rename_backbone(split, r"^()backbone\.0\.body\.", r"model.backbone.model.")
+    split = split_in_proj(_name_norms(state_dict))
+    backbone = rename_backbone(split, r"^()backbone\.0\.body\.", r"model.backbone.model.")
     merged, copies = merge_heads(backbone, r"transformer\.decoder\.", num_heads_of(config))
     renamed, dropped = rename_keys(merged, OFFICIAL_RULES, DROP)
     return config, renamed, copies + dropped

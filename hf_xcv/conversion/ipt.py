@@ -47,15 +47,15 @@ import math
 import os
 import re
 from collections.abc import Sequence
+from functools import partial
 from typing import Any
 
 import torch
 
 from ..processing.restoration import PRETRAINING_TASKS, parse_task
 from .checkpoint_io import load_official_state_dict
-from .detr import _split_in_proj
 from .ipt_reference import DIV2K_MEAN, upsampler_factors
-from .rules import Rule, rename_keys
+from .rules import Rule, indices_of, numbered, precision_rtol, rename_keys, required_shape, split_in_proj
 from .ttsr import strip_data_parallel
 
 __all__ = [
@@ -81,7 +81,7 @@ QUERIES = "body.query_embed.weight"
 
 _WB = r"(weight|bias)"
 _LAYER = r"body\.(encoder|decoder)\.layers\.(\d+)\."
-# Applied after detr's _split_in_proj (q/k/v thirds, ``multihead_attn`` -> ``encoder_attn``); the per-task rules
+# Applied after split_in_proj (q/k/v thirds, ``multihead_attn`` -> ``encoder_attn``); the per-task rules
 # come from :func:`task_rules`.
 BODY_RULES: list[Rule] = [
     (r"ipt\.body\.query_embeddings\.[a-z][a-z0-9_]*", r"\g<0>"),  # split per task by split_queries
@@ -110,30 +110,7 @@ def load_original(path: str | os.PathLike) -> dict[str, torch.Tensor]:
 # ---------------------------------------------------------------------------------------------------------------
 # what the shapes and constants say
 
-
-def _shape(state_dict: dict[str, torch.Tensor], key: str) -> tuple[int, ...]:
-    if key not in state_dict:
-        raise ValueError(f"an official IPT checkpoint has {key!r}; this one does not (another model?)")
-    return tuple(state_dict[key].shape)
-
-
-def _numbers(state_dict: dict[str, torch.Tensor], prefix: str) -> list[int]:
-    """The sorted k of the ``prefix{k}.`` entries."""
-    pattern = re.compile(re.escape(prefix) + r"(\d+)\.")
-    return sorted({int(match.group(1)) for key in state_dict if (match := pattern.match(key))})
-
-
-def _indices(state_dict: dict[str, torch.Tensor], prefix: str, what: str) -> int:
-    """How many ``prefix{k}.`` entries there are, k = 0 .. N-1; ValueError when the numbering has gaps."""
-    found = _numbers(state_dict, prefix)
-    if found != list(range(len(found))):
-        raise ValueError(f"the {what} {prefix}N are numbered {found}, not 0 .. {len(found) - 1}")
-    return len(found)
-
-
-def _rtol(tensor: torch.Tensor) -> float:
-    """The relative rounding of the file's precision (a half-precision checkpoint holds constants to ~1e-3)."""
-    return max(1e-6, 4 * torch.finfo(tensor.dtype).eps) if tensor.is_floating_point() else 1e-6
+_shape = partial(required_shape, checkpoint="an official IPT checkpoint")
 
 
 def read_rgb_range(state_dict: dict[str, torch.Tensor], rgb_range: float | None = None) -> float:
@@ -153,7 +130,7 @@ def read_rgb_range(state_dict: dict[str, torch.Tensor], rgb_range: float | None 
                 "something else"
             )
     bias = state_dict["sub_mean.bias"]
-    tolerance = _rtol(bias)
+    tolerance = precision_rtol(bias)
     estimates = -bias.double().flatten() / mean if bias.numel() == 3 else torch.zeros(1)
     found = estimates.mean().item()
     if found <= 0 or (estimates - found).abs().max() > tolerance * found:
@@ -172,7 +149,8 @@ def read_rgb_range(state_dict: dict[str, torch.Tensor], rgb_range: float | None 
     for name, sign in MEAN_SHIFTS.items():
         value = state_dict[f"{name}.bias"]
         expected = sign * found * mean
-        if value.numel() != 3 or not torch.allclose(value.double().flatten(), expected, rtol=_rtol(value), atol=0):
+        rtol = precision_rtol(value)
+        if value.numel() != 3 or not torch.allclose(value.double().flatten(), expected, rtol=rtol, atol=0):
             raise ValueError(
                 f"{name}.bias = {value.flatten().tolist()} is not {'+' if sign > 0 else '-'}{found:g} * the DIV2K "
                 f"mean {expected.tolist()} (sub_mean.bias says rgb_range={found:g})"
@@ -198,8 +176,8 @@ def tail_scales(state_dict: dict[str, torch.Tensor], n_feats: int) -> list[int]:
     """Each tail's scale, from its Upsampler: no convolution -> 1, one to 9 n_feats channels -> 3, k to 4 n_feats
     -> 2^k; ValueError naming the key of any other."""
     scales = []
-    for i in range(_indices(state_dict, "tail.", "tails")):
-        stages = _numbers(state_dict, f"tail.{i}.0.")  # (conv, PixelShuffle) per factor: convolutions at 0, 2, ...
+    for i in range(numbered(state_dict, "tail.", "tails")):
+        stages = indices_of(state_dict, f"tail.{i}.0.")  # (conv, PixelShuffle) per factor: convolutions at 0, 2, ...
         if stages != list(range(0, 2 * len(stages), 2)):
             raise ValueError(f"the Upsampler convolutions tail.{i}.0.N are numbered {stages}, not 0, 2, 4, ...")
         convs = [f"tail.{i}.0.{stage}.weight" for stage in stages]
@@ -270,8 +248,8 @@ def infer_tasks(
 
 
 def _layers(state_dict: dict[str, torch.Tensor]) -> int:
-    encoder = _indices(state_dict, "body.encoder.layers.", "encoder layers")
-    decoder = _indices(state_dict, "body.decoder.layers.", "decoder layers")
+    encoder = numbered(state_dict, "body.encoder.layers.", "encoder layers")
+    decoder = numbered(state_dict, "body.decoder.layers.", "decoder layers")
     if encoder != decoder:
         raise ValueError(f"the encoder has {encoder} layers and the decoder {decoder}: IPT's have the same depth")
     return encoder
@@ -308,7 +286,7 @@ def convert_config(
         raise ValueError(
             f"{POSITIONS} is [{rows}, {width}]: not one row per patch of a square grid, each {hidden} wide"
         )
-    num_tasks = _indices(state_dict, "head.", "heads")
+    num_tasks = numbered(state_dict, "head.", "heads")
     scales = tail_scales(state_dict, n_feats)
     if len(scales) != num_tasks:
         raise ValueError(f"the checkpoint has {num_tasks} heads and {len(scales)} tails: one of each per task")
@@ -320,7 +298,7 @@ def convert_config(
         )
     names, own_scales = infer_tasks(scales, tasks, file_name)
     layer = "body.encoder.layers.0."
-    blocks = _indices(state_dict, "head.0.", "head stages") - 1  # the 3x3 convolution, then the residual blocks
+    blocks = numbered(state_dict, "head.0.", "head stages") - 1  # the 3x3 convolution, then the residual blocks
     config = {
         "model_type": TARGET_MODEL_TYPE,
         "architectures": [ARCHITECTURE],
@@ -375,7 +353,7 @@ def convert_state_dict(
     own_scales = config.get("task_scales") or {}
     scales = [parse_task(name, own_scales.get(name)).scale for name in config["tasks"]]
     rules = task_rules(config["tasks"], scales, config.get("num_head_blocks", 2)) + BODY_RULES
-    converted, dropped = rename_keys(_split_in_proj(split_queries(state_dict, config)), rules, DROP)
+    converted, dropped = rename_keys(split_in_proj(split_queries(state_dict, config)), rules, DROP)
     return converted, dropped
 
 

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import math
 import re
+from functools import partial
 from typing import Any
 
 import torch
 
 from .checkpoint_io import load_pth_state_dict
-from .rules import Rule, rename_keys
+from .rules import Rule, rename_keys, required_shape
 
 SOURCE_MODEL_TYPE = "swin"
 TARGET_MODEL_TYPE = "xcv_swin"
@@ -59,7 +60,7 @@ DROP = [
 ]
 
 # transformers' SwinConfig defaults, for configs saved without some field.
-_SOURCE_DEFAULTS: dict[str, Any] = {
+SOURCE_DEFAULTS: dict[str, Any] = {
     "image_size": 224,
     "patch_size": 4,
     "num_channels": 3,
@@ -86,7 +87,7 @@ def convert_config(source: dict[str, Any]) -> dict[str, Any]:
     """transformers Swin config dict -> hf_xcv SwinConfig dict."""
     if source.get("model_type") != SOURCE_MODEL_TYPE:
         raise ValueError(f"expected a config of model_type {SOURCE_MODEL_TYPE!r}, got {source.get('model_type')!r}")
-    out: dict[str, Any] = {key: source.get(key, default) for key, default in _SOURCE_DEFAULTS.items()}
+    out: dict[str, Any] = {key: source.get(key, default) for key, default in SOURCE_DEFAULTS.items()}
     out.update({key: source[key] for key in _PASSED_THROUGH if key in source})
     for key in ("out_features", "out_indices"):  # transformers saves them with a leading underscore too
         if f"_{key}" in source and key not in out:
@@ -149,10 +150,7 @@ def split_fused_qkv(state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tens
     return out
 
 
-def _shape(state_dict: dict[str, torch.Tensor], key: str) -> tuple[int, ...]:
-    if key not in state_dict:
-        raise ValueError(f"an original Swin checkpoint has {key!r}; this one does not (another model?)")
-    return tuple(state_dict[key].shape)
+_shape = partial(required_shape, checkpoint="an original Swin checkpoint")
 
 
 def official_config(state_dict: dict[str, torch.Tensor], image_size: int | None = None) -> dict[str, Any]:

@@ -23,13 +23,14 @@ from __future__ import annotations
 
 import os
 import re
+from functools import partial
 from typing import Any
 
 import torch
 
 from ..layers.vgg import normalization_constants
 from .checkpoint_io import load_official_state_dict
-from .rules import Rule, rename_keys
+from .rules import Rule, numbered, precision_rtol, rename_keys, required_shape
 
 TARGET_MODEL_TYPE = "xcv_ttsr"
 PROCESSOR_TYPE = "TTSRImageProcessor"
@@ -96,8 +97,7 @@ def check_mean_shift(state_dict: dict[str, torch.Tensor]) -> None:
     expected = {MEAN_SHIFT_KEYS[0]: torch.diag(scale.flatten()).view(3, 3, 1, 1), MEAN_SHIFT_KEYS[1]: shift.flatten()}
     for key, constant in expected.items():
         value = state_dict[key]
-        # to the rounding of the file's precision (a half-precision checkpoint holds them to ~1e-3)
-        rtol = max(1e-6, 4 * torch.finfo(value.dtype).eps) if value.is_floating_point() else 1e-6
+        rtol = precision_rtol(value)  # a half-precision checkpoint holds them to ~1e-3
         same = tuple(value.shape) == tuple(constant.shape) and torch.allclose(
             value.double(), constant.double(), rtol=rtol, atol=1e-7
         )
@@ -110,19 +110,12 @@ def check_mean_shift(state_dict: dict[str, torch.Tensor]) -> None:
             )
 
 
-def _shape(state_dict: dict[str, torch.Tensor], key: str) -> tuple[int, ...]:
-    if key not in state_dict:
-        raise ValueError(f"an official TTSR checkpoint has {key!r}; this one does not (another model?)")
-    return tuple(state_dict[key].shape)
+_shape = partial(required_shape, checkpoint="an official TTSR checkpoint")
 
 
 def _depth(state_dict: dict[str, torch.Tensor], prefix: str) -> int:
     """The number of residual blocks ``prefix.0`` .. ``prefix.N-1``; ValueError when the numbering has gaps."""
-    pattern = re.compile(re.escape(prefix) + r"\.(\d+)\.")
-    indices = sorted({int(match.group(1)) for key in state_dict if (match := pattern.match(key))})
-    if indices != list(range(len(indices))):
-        raise ValueError(f"the residual blocks {prefix}.N are numbered {indices}, not 0 .. {len(indices) - 1}")
-    return len(indices)
+    return numbered(state_dict, prefix + ".", "residual blocks")
 
 
 def convert_config(state_dict: dict[str, torch.Tensor]) -> dict[str, Any]:

@@ -32,6 +32,7 @@ from .perceptual import (
     wgan_generator_loss,
 )
 from .reconstruction import RECONSTRUCTION_KINDS, reconstruction_loss
+from .targets import check_targets
 
 __all__ = [
     "RECONSTRUCTION_KINDS",
@@ -52,6 +53,7 @@ __all__ = [
     "box_xyxy_to_cxcywh",
     "box_xyxy_to_xywh",
     "build_discriminator_optimizer",
+    "check_targets",
     "check_boxes",
     "generalized_box_iou",
     "gradient_penalty",

@@ -20,6 +20,7 @@ from torch.nn import functional as F
 
 from ..utils.box_ops import box_cxcywh_to_xyxy, paired_generalized_box_iou
 from .matcher import HungarianMatcher, Matching, Targets, check_inputs
+from .targets import check_targets
 
 CLASS_LOSSES = ("softmax", "focal")
 LOSS_NAMES = ("loss_ce", "loss_bbox", "loss_giou")
@@ -205,11 +206,9 @@ class SetCriterion(nn.Module):
             The cleaned targets and, per image, the original indices of the kept targets on the CPU (None when
             the image has no ``iscrowd``).
         """
+        check_targets(targets, logits.shape[0])  # the keys and shapes the cleaning reads
         cleaned, kept = [], []
         for i, target in enumerate(targets):
-            for key in ("class_labels", "boxes"):
-                if key not in target:
-                    raise ValueError(f"targets[{i}] has no {key!r} (keys: {sorted(target)})")
             labels, boxes, keep = target["class_labels"], target["boxes"], None
             if target.get("iscrowd") is not None:
                 keep = _non_crowd(target["iscrowd"], labels.shape[0], i).to(labels.device)
@@ -218,23 +217,8 @@ class SetCriterion(nn.Module):
             cleaned.append({"class_labels": labels.to(logits.device, torch.int64), "boxes": boxes.to(logits.device)})
             kept.append(keep)
         check_inputs(logits, pred_boxes, cleaned)
-        self._check_labels(cleaned)
+        check_targets(cleaned, logits.shape[0], num_classes=self.num_classes)
         return cleaned, kept
-
-    def _check_labels(self, targets: list[dict[str, torch.Tensor]]) -> None:
-        """Class ids must lie in [0, num_classes); one device synchronisation for the whole batch."""
-        labels = torch.cat([target["class_labels"] for target in targets])
-        if not bool(((labels < 0) | (labels >= self.num_classes)).any()):
-            return
-        for i, target in enumerate(targets):
-            ids = target["class_labels"]
-            wrong = ids[(ids < 0) | (ids >= self.num_classes)].unique().tolist()
-            if wrong:
-                raise ValueError(
-                    f"targets[{i}]['class_labels'] holds unknown category ids {wrong}: expected ids in "
-                    f"[0, num_classes={self.num_classes}); with sparse ids such as COCO's (1..90) set "
-                    "num_classes = max id + 1"
-                )
 
     def _class_losses(
         self,

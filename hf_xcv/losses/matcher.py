@@ -17,6 +17,7 @@ from scipy.optimize import linear_sum_assignment
 from torch.nn.utils.rnn import pad_sequence
 
 from ..utils.box_ops import box_cxcywh_to_xyxy, check_boxes, generalized_box_iou, invalid_boxes
+from .targets import check_targets
 
 CLASS_COST_TYPES = ("softmax", "focal")
 _PAD_BOX = 0.5  # padded target boxes are (0.5, 0.5, 0.5, 0.5) cxcywh: valid, so padding never makes a NaN
@@ -143,7 +144,8 @@ def _cost_dtype(pred_boxes: torch.Tensor) -> torch.dtype:
 
 
 def check_inputs(logits: torch.Tensor, pred_boxes: torch.Tensor, targets: Targets) -> None:
-    """Raise a ValueError naming the problem if shapes, dtypes or keys are not what the matcher expects.
+    """Raise a ValueError naming the problem if shapes, dtypes or keys are not what the matcher expects (the targets
+    by :func:`.targets.check_targets`).
 
     Only metadata is read: no device synchronisation.
     """
@@ -154,27 +156,7 @@ def check_inputs(logits: torch.Tensor, pred_boxes: torch.Tensor, targets: Target
         raise ValueError(
             f"pred_boxes must have shape {(batch, queries, 4)} to match logits, got {tuple(pred_boxes.shape)}"
         )
-    if len(targets) != batch:
-        raise ValueError(f"got {len(targets)} targets for a batch of {batch} images; pass one target dict per image")
-    for i, target in enumerate(targets):
-        for key in ("class_labels", "boxes"):
-            if key not in target:
-                raise ValueError(f"targets[{i}] has no {key!r} (keys: {sorted(target)})")
-        labels, boxes = target["class_labels"], target["boxes"]
-        if labels.ndim != 1 or labels.is_floating_point() or labels.is_complex() or labels.dtype == torch.bool:
-            raise ValueError(
-                f"targets[{i}]['class_labels'] must be a 1-D integer tensor, got {labels.dtype} {tuple(labels.shape)}"
-            )
-        if boxes.ndim != 2 or boxes.shape[1] != 4 or boxes.shape[0] != labels.shape[0]:
-            raise ValueError(
-                f"targets[{i}]['boxes'] must have shape ({labels.shape[0]}, 4) (one cxcywh box per class label), "
-                f"got {tuple(boxes.shape)}"
-            )
-        if labels.shape[0] > queries:
-            raise ValueError(
-                f"image {i} has {labels.shape[0]} targets but the model has only {queries} queries; "
-                "a one-to-one matching needs num_queries >= the number of objects per image"
-            )
+    check_targets(targets, batch, queries=queries)
 
 
 def pad_targets(targets: Targets, device: torch.device, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:

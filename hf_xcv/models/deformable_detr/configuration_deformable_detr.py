@@ -8,9 +8,9 @@ from typing import Any
 from transformers import AutoConfig
 from transformers.configuration_utils import SubConfigSpec
 
+from ...configuration_detection import DetectionTransformerConfig
 from ...configuration_utils import check_attention, check_attention_serves
-from ...utils.checks import check_bool, check_int, check_probability
-from ..detr.configuration_detr import DetrConfig, _non_negative
+from ...utils.checks import check_bool, check_int, check_non_negative, check_probability
 
 # What the decoder's self-attention over the object queries asks of its core: nothing beyond plain attention
 # (no padding: every query is real).
@@ -19,17 +19,18 @@ DEFORMABLE_DECODER_REQUESTS: dict[str, Any] = {}
 INPUT_PROJECTION_GROUPS = 32
 
 
-class DeformableDetrConfig(DetrConfig):
+class DeformableDetrConfig(DetectionTransformerConfig):
     r"""Configuration of Deformable DETR. Defaults are Deformable DETR-R50 (the base model, 4 levels) as the
     original trains it.
 
-    Field names are transformers' ``DeformableDetrConfig``'s (those shared with DETR as :class:`DetrConfig`);
+    Field names are transformers' ``DeformableDetrConfig``'s (those shared with DETR as
+    :class:`hf_xcv.configuration_detection.DetectionTransformerConfig`);
     where transformers' default departs from the original recipe, the original's is the default here:
     ``auxiliary_loss=True``, ``class_cost=2`` and ``class_loss_coefficient=2`` (transformers: 1 and a hard-coded
     1), dropout 0.1 in the decoder's self-attention and the feed-forward blocks, and a backbone with stages 2-4
     (``out_features``; transformers' default without timm reads only stage 4).
 
-    Args (beyond :class:`DetrConfig`'s):
+    Args (beyond the shared ones):
         backbone_config: ``out_features`` names the stages read (default ResNet-50 stages 2, 3, 4: strides 8, 16,
             32); levels beyond them (``num_feature_levels`` > their number) are 3x3 stride-2 convolutions of the
             last map (the base model's stride-64 level).
@@ -91,17 +92,6 @@ class DeformableDetrConfig(DetrConfig):
         kwargs.pop("encoder_attention_kwargs", None)
         kwargs.pop("tie_word_embeddings", None)  # transformers ties the refined heads (D10); hf_xcv never does
         super().__post_init__(**kwargs)
-        self.encoder_attention_type, self.encoder_attention_kwargs = "full", {}
-
-    def to_dict(self) -> dict[str, Any]:
-        output = super().to_dict()
-        for key in ("encoder_attention_type", "encoder_attention_kwargs"):
-            output.pop(key, None)
-        return output
-
-    @property
-    def backbone_features(self) -> list[str]:
-        return list(getattr(self.backbone_config, "out_features", None) or [])
 
     @property
     def num_decoder_queries(self) -> int:
@@ -115,19 +105,16 @@ class DeformableDetrConfig(DetrConfig):
             return 1
         return self.decoder_layers + (1 if self.two_stage else 0)
 
-    def check(self) -> None:
+    def check_backbone_features(self) -> None:
         features = self.backbone_features
         if not features or len(features) > self.num_feature_levels:
             raise ValueError(
                 f"backbone_config.out_features {features} must name between 1 and num_feature_levels="
                 f"{self.num_feature_levels} stages (each is a level; the rest are convolutions of the last)"
             )
-        # DETR's checks of the shared fields, the backbone and the matcher, with one backbone map pretended.
-        out_features, self.backbone_config.out_features = self.backbone_config.out_features, features[-1:]
-        try:
-            super().check()
-        finally:
-            self.backbone_config.out_features = out_features
+
+    def check(self) -> None:
+        super().check()
         for name in ("num_feature_levels", "encoder_n_points", "decoder_n_points", "two_stage_num_proposals"):
             check_int(name, getattr(self, name))
         if self.d_model % INPUT_PROJECTION_GROUPS:
@@ -140,8 +127,8 @@ class DeformableDetrConfig(DetrConfig):
         if self.two_stage and not self.with_box_refine:
             raise ValueError("two_stage=True needs with_box_refine=True (the original trains it only so)")
         check_probability("focal_alpha", self.focal_alpha)
-        _non_negative("focal_gamma", self.focal_gamma)
-        _non_negative("class_loss_coefficient", self.class_loss_coefficient)
+        check_non_negative("focal_gamma", self.focal_gamma)
+        check_non_negative("class_loss_coefficient", self.class_loss_coefficient)
         check_attention(
             self.decoder_attention_type,
             self.decoder_attention_kwargs,

@@ -2,11 +2,12 @@
 around a reference on every level of a feature pyramid (multi-scale deformable attention), with sigmoid focal
 classification, optional iterative box refinement and the two-stage variant whose encoder proposes the queries.
 
-Reads top to bottom: Backbone -> EncoderLayer -> DecoderLayer -> Encoder -> Decoder -> Model ->
-ForObjectDetection. The deformable attention is ``hf_xcv.attention.deformable`` (pure PyTorch); the decoder's
-self-attention over the object queries is hf_xcv's shared ``MultiHeadAttention`` (any registry core:
-``decoder_attention_type``). The shared pieces of DETR are reused: the backbone (frozen BatchNorm and stages,
-DC5), the residual blocks, the set criterion (focal loss here) and the image processor (sigmoid top-k).
+Reads top to bottom: EncoderLayer -> DecoderLayer -> Encoder -> Decoder -> Model -> ForObjectDetection. The
+deformable attention is ``hf_xcv.attention.operators.deformable`` (pure PyTorch); the decoder's self-attention over
+the object queries is hf_xcv's shared ``MultiHeadAttention`` (any registry core: ``decoder_attention_type``). What
+every DETR-style detector shares is reused: the backbone (frozen BatchNorm and stages, DC5), the residual blocks and
+the box head (:mod:`hf_xcv.modeling_detection`, :mod:`hf_xcv.layers.detection`), the set criterion (focal loss
+here) and the image processor (sigmoid top-k).
 
 The behaviour is the original's where transformers 5 departs from it: auxiliary losses on, focal class cost and
 loss weight 2, the two-stage encoder loss, the original's initialisation (focal prior on the class biases, the
@@ -22,22 +23,18 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.nn import functional as F
 from transformers import initialization as init
 from transformers.utils.generic import can_return_tuple
 
 from ...attention import MultiHeadAttention
 from ...attention.deformable import MultiScaleDeformableAttention
 from ...layers import sine_position_embedding_2d
-from ...losses import HungarianMatcher, SetCriterion
-from ..detr.modeling_detr import (
-    DetrBackbone,
-    DetrBlock,
-    DetrMLPPredictionHead,
-    DetrModelOutput,
-    DetrObjectDetectionOutput,
-    DetrPreTrainedModel,
-    check_detection_labels,
+from ...layers.detection import DetectionBlock, MLPPredictionHead, inverse_sigmoid, resample_mask
+from ...losses import HungarianMatcher, SetCriterion, check_targets
+from ...modeling_detection import (
+    DetectionModelOutput,
+    DetectionTransformerPreTrainedModel,
+    ObjectDetectionOutput,
     detection_output,
 )
 from .configuration_deformable_detr import (
@@ -53,15 +50,16 @@ PROPOSAL_BASE_SIZE = 0.05
 
 
 @dataclass
-class DeformableDetrModelOutput(DetrModelOutput):
-    """As :class:`DetrModelOutput` (``last_hidden_state``: the last decoder layer's output, there is no final
-    LayerNorm; ``intermediate_hidden_states``: every decoder layer's; ``encoder_last_hidden_state`` (B, N, d)
-    over the flattened levels; deformable attention weights (B, heads, Q, levels * points)), and
-    ``intermediate_reference_points``: the reference each decoder layer read, one (B, Q, 2|4) tensor per layer
-    (points, then boxes once box refinement has refined them); ``init_reference_points`` (B, Q, 2|4);
+class DeformableDetrModelOutput(DetectionModelOutput):
+    """As :class:`hf_xcv.modeling_detection.DetectionModelOutput` (``last_hidden_state``: the last decoder layer's
+    output, there is no final LayerNorm; ``intermediate_hidden_states``: every decoder layer's;
+    ``encoder_last_hidden_state`` (B, N, d) over the flattened levels; deformable attention weights
+    (B, heads, Q, levels * points)), and ``intermediate_reference_points``: the reference each decoder layer read, one
+    (B, Q, 2|4) tensor per layer (points, then boxes once box refinement has refined them); ``init_reference_points``
+    (B, Q, 2|4);
     ``intermediate_predicted_boxes`` (layers, B, Q, 4): each layer's boxes when the decoder refines them (box
-    refinement), else None; ``enc_outputs_class`` / ``enc_outputs_coord_logits`` (two-stage): the encoder's
-    proposal scores (B, N, K) and box logits (B, N, 4)."""
+    refinement), else None; ``enc_outputs_class`` / ``enc_outputs_coord_logits`` (two-stage): the encoder's proposal
+    scores (B, N, K) and box logits (B, N, 4)."""
 
     intermediate_reference_points: tuple[torch.Tensor, ...] | None = None
     init_reference_points: torch.Tensor | None = None
@@ -71,45 +69,20 @@ class DeformableDetrModelOutput(DetrModelOutput):
 
 
 @dataclass
-class DeformableDetrObjectDetectionOutput(DetrObjectDetectionOutput):
-    """As :class:`DetrObjectDetectionOutput`, with ``logits`` (B, Q, num_labels) sigmoid scores (no "no object"
-    class), ``loss_dict`` holding ``_enc`` losses of the two-stage proposals, and ``enc_outputs`` (two-stage: the
-    proposals' ``logits`` and ``pred_boxes``), ``intermediate_hidden_states`` and ``init_reference_points`` as
-    :class:`DeformableDetrModelOutput`."""
+class DeformableDetrObjectDetectionOutput(ObjectDetectionOutput):
+    """As :class:`hf_xcv.modeling_detection.ObjectDetectionOutput`, with ``logits`` (B, Q, num_labels) sigmoid scores
+    (no "no object" class), ``loss_dict`` holding ``_enc`` losses of the two-stage proposals, and ``enc_outputs``
+    (two-stage: the proposals' ``logits`` and ``pred_boxes``), ``intermediate_hidden_states`` and
+    ``init_reference_points`` as :class:`DeformableDetrModelOutput`."""
 
     enc_outputs: dict[str, torch.Tensor] | None = None
     intermediate_hidden_states: torch.Tensor | None = None
     init_reference_points: torch.Tensor | None = None
 
 
-def inverse_sigmoid(x: torch.Tensor, eps: float = 1e-5) -> torch.Tensor:
-    """log(x / (1 - x)) with x clamped to [eps, 1 - eps] (the original's)."""
-    x = x.clamp(0, 1)
-    return torch.log(x.clamp(min=eps) / (1 - x).clamp(min=eps))
-
-
 # ----------------------------------------------------------------------------------------------------------
 # backbone
 # ----------------------------------------------------------------------------------------------------------
-
-
-class DeformableDetrBackbone(DetrBackbone):
-    """DETR's backbone (frozen BatchNorm, frozen stem and first stage, DC5) reading every stage of
-    ``out_features`` (ResNet stages 2-4: strides 8, 16, 32; or only stage 4 for single-scale)."""
-
-    def __init__(self, config: DeformableDetrConfig):
-        super().__init__(config)
-        self.level_channels = list(self.model.channels)
-
-    def forward(self, pixel_values: torch.Tensor, valid: torch.Tensor) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-        """(B, 3, H, W) pixels and their (B, H, W) valid mask -> the feature maps and their valid masks."""
-        maps = list(self.model(pixel_values).feature_maps)
-        return maps, [resample_mask(valid, m.shape[-2:]) for m in maps]
-
-
-def resample_mask(valid: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
-    """The (B, H, W) valid mask on a (h, w) map, by nearest neighbour (the original)."""
-    return F.interpolate(valid[:, None].float(), size=tuple(size)).to(torch.bool)[:, 0]
 
 
 def valid_ratios(valid: torch.Tensor) -> torch.Tensor:
@@ -140,12 +113,12 @@ def encoder_reference_points(shapes: list[tuple[int, int]], ratios: torch.Tensor
 # ----------------------------------------------------------------------------------------------------------
 
 
-class DeformableDetrEncoderLayer(DetrBlock):
+class DeformableDetrEncoderLayer(DetectionBlock):
     """Deformable self-attention over all levels (query = pixel + position, value = pixel), then the
     feed-forward block; post-norm residuals with dropout, as the original."""
 
     def __init__(self, config: DeformableDetrConfig):
-        super().__init__(config, config.encoder_ffn_dim)
+        super().__init__(*config.block_arguments(config.encoder_ffn_dim))
         self.self_attn = MultiScaleDeformableAttention(
             config.d_model, config.num_feature_levels, config.encoder_attention_heads, config.encoder_n_points
         )
@@ -165,12 +138,12 @@ class DeformableDetrEncoderLayer(DetrBlock):
         return self.feed_forward(hidden_states), weights
 
 
-class DeformableDetrDecoderLayer(DetrBlock):
+class DeformableDetrDecoderLayer(DetectionBlock):
     """Self-attention over the queries (``q = k = x + query_pos``, ``v = x``), deformable cross-attention into
     the encoder's levels at the queries' references, then the feed-forward block."""
 
     def __init__(self, config: DeformableDetrConfig, layer_idx: int):
-        super().__init__(config, config.decoder_ffn_dim)
+        super().__init__(*config.block_arguments(config.decoder_ffn_dim))
         d = config.d_model
         self.self_attn = MultiHeadAttention(
             d,
@@ -340,10 +313,10 @@ def encoder_proposals(
 # ----------------------------------------------------------------------------------------------------------
 
 
-class DeformableDetrPreTrainedModel(DetrPreTrainedModel):
+class DeformableDetrPreTrainedModel(DetectionTransformerPreTrainedModel):
     config_class = DeformableDetrConfig
     config: DeformableDetrConfig
-    _no_split_modules = ["DeformableDetrBackbone", "DeformableDetrEncoderLayer", "DeformableDetrDecoderLayer"]
+    _no_split_modules = ["DetectionBackbone", "DeformableDetrEncoderLayer", "DeformableDetrDecoderLayer"]
     _task_head_modules = ("class_embed", "bbox_embed")
     attention_requests = DEFORMABLE_DECODER_REQUESTS
     attention_role = "Deformable DETR's decoder"
@@ -353,8 +326,7 @@ class DeformableDetrPreTrainedModel(DetrPreTrainedModel):
         bound of ``nn.MultiheadAttention``, zero attention biases), deformable attention's own (offsets in 8
         directions, zero attention weights), Xavier input projections with zero biases, N(0, 1) level embeddings
         and queries, PyTorch's default init elsewhere; the backbone keeps its own."""
-        if not isinstance(module, DetrBlock):  # DETR's layer-level init is replaced by the one below
-            super()._init_weights(module)  # PyTorch defaults for Linear / Conv2d, N(0, 1) embeddings, unit norms
+        super()._init_weights(module)  # PyTorch defaults for Linear / Conv2d, N(0, 1) embeddings, unit norms
         if isinstance(module, nn.GroupNorm):
             init.ones_(module.weight)
             init.zeros_(module.bias)
@@ -397,9 +369,9 @@ class DeformableDetrModel(DeformableDetrPreTrainedModel):
     def __init__(self, config: DeformableDetrConfig):
         super().__init__(config)
         d = config.d_model
-        self.backbone = DeformableDetrBackbone(config)
+        self.backbone = self.build_backbone()
         projections = []
-        channels = self.backbone.level_channels
+        channels = self.backbone.channels
         for level in range(config.num_feature_levels):
             if level < len(channels):
                 conv = nn.Conv2d(channels[level], d, kernel_size=1)
@@ -422,12 +394,6 @@ class DeformableDetrModel(DeformableDetrPreTrainedModel):
 
     def get_input_embeddings(self) -> nn.Module:
         return self.input_proj
-
-    def freeze_backbone(self) -> None:
-        self.backbone.requires_grad_(False)
-
-    def unfreeze_backbone(self) -> None:
-        self.backbone.requires_grad_(True)
 
     def levels(self, pixel_values: torch.Tensor, valid: torch.Tensor) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
         """The projected pyramid: (B, d, h_l, w_l) maps and their (B, h_l, w_l) valid masks."""
@@ -562,7 +528,7 @@ class DeformableDetrForObjectDetection(DeformableDetrPreTrainedModel):
         heads = config.num_prediction_heads
         self.class_embed = nn.ModuleList(nn.Linear(config.d_model, config.num_labels) for _ in range(heads))
         self.bbox_embed = nn.ModuleList(
-            DetrMLPPredictionHead(config.d_model, config.d_model, 4, num_layers=3) for _ in range(heads)
+            MLPPredictionHead(config.d_model, config.d_model, 4, num_layers=3) for _ in range(heads)
         )
         self.post_init()
 
@@ -667,7 +633,7 @@ class DeformableDetrForObjectDetection(DeformableDetrPreTrainedModel):
             }
         loss = loss_dict = None
         if labels is not None:
-            check_detection_labels(labels, all_logits[-1].shape[0])
+            check_targets(labels, all_logits[-1].shape[0], name="labels")
             criterion = self.criterion().to(all_logits[-1].device)
             predictions = {"logits": all_logits[-1], "pred_boxes": all_boxes[-1], "auxiliary_outputs": auxiliary or []}
             loss, loss_dict = criterion(predictions, labels)

@@ -474,6 +474,11 @@ class SwinBackbone(BackboneMixin, SwinPreTrainedModel):
         )
         self.post_init()
 
+    def stage_modules(self) -> list[nn.Module]:
+        """The stem (patch embedding) and each stage, in the order of ``stage_names``: what a detector freezes
+        (``frozen_backbone_stages``)."""
+        return [self.swin.embeddings, *self.swin.encoder.layers]
+
     @property
     def strides(self) -> list[int]:
         """The stride in pixels of each of ``out_features``."""

@@ -15,12 +15,8 @@ from datasets import Dataset
 from transformers.utils import ModelOutput
 
 from hf_xcv.data.detection import DetectionCollator, detection_transform
-from hf_xcv.models.detr.image_processing_detr import (
-    DetrImageProcessor,
-    XcvDetrImageProcessor,
-    crop,
-    size_with_aspect_ratio,
-)
+from hf_xcv.models.detr.image_processing_detr import DetrImageProcessor, XcvDetrImageProcessor
+from hf_xcv.processing.detection import crop, size_with_aspect_ratio
 
 MEAN = np.asarray([0.485, 0.456, 0.406])[:, None, None]
 STD = np.asarray([0.229, 0.224, 0.225])[:, None, None]

@@ -1,0 +1,666 @@
+"""The image processor of DETR-style detectors (DETR's, Deformable DETR's): COCO annotations in, DETR targets out;
+resize, normalise, pad; post-processing. A family subclasses :class:`DetectionImageProcessor` under a saved name of
+its own and sets how its logits become scores (``class_activation``).
+
+Follows the original DETR (facebookresearch/detr, ``datasets/transforms.py`` and ``coco.py``) where transformers'
+``DetrImageProcessor`` departs from it:
+
+- target boxes are normalised ``(cx, cy, w, h)`` relative to the *unpadded* resized image, the frame the model
+  predicts in (its position embeddings and attention ignore padding), not to the padded canvas of the batch;
+- crowd annotations are kept and flagged with ``iscrowd=1`` (COCO evaluation treats them as ignore regions);
+- shortest-edge resizing uses the original's rounding when the longest edge is capped;
+- the original training augmentations (flip, multi-scale resize, random size crop) are built in and move the boxes
+  with the pixels;
+- a bad box raises a ValueError naming the image and the annotation instead of disappearing.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from transformers.image_processing_backends import PilBackend
+from transformers.image_processing_utils import BatchFeature
+from transformers.image_utils import (
+    IMAGENET_DEFAULT_MEAN,
+    IMAGENET_DEFAULT_STD,
+    PILImageResampling,
+    SizeDict,
+    get_image_size_for_max_height_width,
+)
+from transformers.processing_utils import ImagesKwargs
+
+from ..utils.box_ops import box_cxcywh_to_xyxy
+from ..utils.checks import is_integer
+from ..utils.generators import as_generator
+from .images import prepare_images
+
+DEFAULT_AUGMENT_SCALES = [480, 512, 544, 576, 608, 640, 672, 704, 736, 768, 800]
+CLASS_ACTIVATIONS = ("softmax", "sigmoid")
+_PER_BOX = ("boxes", "class_labels", "area", "iscrowd")  # one entry per annotation: filtered together
+# Keys that saved configs (ours, transformers', old feature extractors) carry and that hold no setting.
+_IGNORED_KEYS = ("image_processor_type", "feature_extractor_type", "processor_class", "auto_map")
+
+
+class DetectionImageProcessorKwargs(ImagesKwargs, total=False):
+    """The settings of :class:`DetectionImageProcessor` on top of transformers' image-processor kwargs."""
+
+    do_convert_annotations: bool | None
+    num_labels: int | None
+    class_activation: str | None
+    do_augment: bool | None
+    augment_scales: list[int] | None
+    augment_max_size: int | None
+    augment_crop_scales: list[int] | None
+    augment_crop_size: list[int] | None
+    augment_flip_prob: float | None
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Sizes
+
+
+def size_with_aspect_ratio(image_size: tuple[int, int], size: int, max_size: int | None = None) -> tuple[int, int]:
+    """Output (height, width) with the shorter side ``size``, the longer at most ``max_size``: the original DETR's
+    ``get_size_with_aspect_ratio``, rounding included.
+
+    When the cap binds, the original rounds the shorter side first and derives the longer side from the rounded
+    value; transformers derives it from the unrounded one (so a 100x1000 image becomes 133x1330 here, 133x1333
+    there).
+    """
+    height, width = image_size
+    if max_size is not None:
+        short, long = float(min(height, width)), float(max(height, width))
+        if long / short * size > max_size:
+            size = int(round(max_size * short / long))
+    if (width <= height and width == size) or (height <= width and height == size):
+        return height, width
+    if width < height:
+        return int(size * height / width), size
+    return size, int(size * width / height)
+
+
+def output_size(image_size: tuple[int, int], size: SizeDict) -> tuple[int, int]:
+    """The resized (height, width) for one of the size forms DETR accepts; ValueError for any other."""
+    if size.shortest_edge:
+        return size_with_aspect_ratio(image_size, size.shortest_edge, size.longest_edge)
+    if size.max_height and size.max_width:
+        return get_image_size_for_max_height_width(image_size, size.max_height, size.max_width)
+    if size.height and size.width:
+        return size.height, size.width
+    raise ValueError(
+        'size must be {"shortest_edge": int} (optionally with "longest_edge"), {"height": int, "width": int} or '
+        f'{{"max_height": int, "max_width": int}}; got {dict(size)}'
+    )
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# COCO annotations -> targets (boxes kept as absolute xyxy pixels until the end)
+
+
+def _annotation_list(annotations: Any, image_id: Any) -> list[Mapping]:
+    """A list of annotation dicts, or a dict of equally long lists (the ``datasets`` layout) -> list of dicts."""
+    if isinstance(annotations, Mapping):
+        lengths = {key: len(value) for key, value in annotations.items()}
+        if len(set(lengths.values())) > 1:
+            raise ValueError(f"image_id {image_id}: the annotation lists have different lengths {lengths}")
+        count = next(iter(lengths.values()), 0)
+        return [{key: value[i] for key, value in annotations.items()} for i in range(count)]
+    if isinstance(annotations, Sequence) and not isinstance(annotations, str):
+        for index, obj in enumerate(annotations):
+            if not isinstance(obj, Mapping):
+                raise ValueError(f"image_id {image_id}, annotation {index}: expected a dict, got {type(obj).__name__}")
+        return list(annotations)
+    raise ValueError(
+        f"image_id {image_id}: 'annotations' must be a list of dicts (or a dict of lists), got {type(annotations)}"
+    )
+
+
+def _clipped_box(obj: Mapping, where: str, image_size: tuple[int, int]) -> np.ndarray:
+    """COCO ``[x, y, w, h]`` -> ``[x0, y0, x1, y1]`` clipped to the image; ValueError for a box that is not one."""
+    height, width = image_size
+    raw = obj.get("bbox")
+    try:
+        bbox = np.asarray(raw, dtype=np.float64)
+    except (TypeError, ValueError):
+        bbox = np.full(0, np.nan)
+    if bbox.shape != (4,) or not np.isfinite(bbox).all():
+        raise ValueError(f"{where}: 'bbox' must be 4 finite numbers [x, y, width, height] in pixels, got {raw!r}")
+    if bbox[2] < 0 or bbox[3] < 0:
+        raise ValueError(
+            f"{where}: bbox {raw!r} has a negative width or height; COCO boxes are [x, y, width, height] "
+            "(not [x0, y0, x1, y1])"
+        )
+    box = np.concatenate([bbox[:2], bbox[:2] + bbox[2:]])
+    box[0::2] = box[0::2].clip(0, width)
+    box[1::2] = box[1::2].clip(0, height)
+    if box[2] <= box[0] or box[3] <= box[1]:
+        raise ValueError(
+            f"{where}: bbox {raw!r} is empty inside the {width}x{height} (width x height) image "
+            "(zero width or height, or entirely outside it)"
+        )
+    return box
+
+
+def _one_annotation(obj: Mapping, where: str, image_size: tuple[int, int]) -> tuple[np.ndarray, int, float, int]:
+    """(clipped xyxy box, category id, area, iscrowd) of one annotation, each checked."""
+    box = _clipped_box(obj, where, image_size)
+    category = obj.get("category_id")
+    if not is_integer(category):
+        raise ValueError(f"{where}: 'category_id' must be an integer, got {category!r}")
+    iscrowd = obj.get("iscrowd", 0)
+    if not is_integer(iscrowd) or int(iscrowd) not in (0, 1):
+        raise ValueError(f"{where}: 'iscrowd' must be 0 or 1, got {iscrowd!r}")
+    # Without an area (custom data often has none), the box area is what COCO evaluation would compute.
+    area = obj.get("area", (box[2] - box[0]) * (box[3] - box[1]))
+    try:
+        area = float(area)
+    except (TypeError, ValueError):
+        area = math.nan
+    if not math.isfinite(area) or area < 0:
+        raise ValueError(f"{where}: 'area' must be a finite number >= 0, got {obj.get('area')!r}")
+    return box, int(category), area, int(iscrowd)
+
+
+def _check_categories(labels: np.ndarray, num_labels: int | None, image_id: int) -> None:
+    if num_labels is None:
+        return
+    bad = sorted({int(c) for c in labels if not 0 <= c < num_labels})
+    if bad:
+        raise ValueError(
+            f"image_id {image_id}: category ids {bad} are outside [0, {num_labels}) (num_labels={num_labels}); "
+            "category_id is used as the class index as is: COCO's ids 1..90 need num_labels=91, "
+            "or map your ids to 0..num_labels-1"
+        )
+
+
+def coco_target(
+    annotation: Any, image_size: tuple[int, int], index: int, num_labels: int | None = None
+) -> dict[str, np.ndarray]:
+    """One image's COCO detection annotation -> DETR target with absolute, clipped ``xyxy`` boxes.
+
+    Args:
+        annotation: ``{"image_id": int, "annotations": [{"bbox", "category_id", "area", "iscrowd", "id"}, ...]}``.
+        image_size: (height, width) of the image the boxes are in.
+        index: position of the image in the batch (for error messages).
+        num_labels: if given, category ids must lie in ``[0, num_labels)``.
+    """
+    if not isinstance(annotation, Mapping) or "annotations" not in annotation or "image_id" not in annotation:
+        raise ValueError(
+            f"annotation of image {index} must be a dict {{'image_id': int, 'annotations': [...]}} "
+            f"(COCO detection format), got {annotation!r:.200}"
+        )
+    image_id = annotation["image_id"]
+    if not is_integer(image_id):
+        raise ValueError(f"annotation of image {index}: 'image_id' must be an integer, got {image_id!r}")
+    image_id = int(image_id)
+    rows = []
+    for k, obj in enumerate(_annotation_list(annotation["annotations"], image_id)):
+        where = f"image_id {image_id}, annotation {k}" + (f" (id {obj['id']})" if "id" in obj else "")
+        rows.append(_one_annotation(obj, where, image_size))
+    boxes, labels, areas, crowd = zip(*rows) if rows else ((), (), (), ())
+    target = {
+        "boxes": np.asarray(boxes, dtype=np.float64).reshape(-1, 4),
+        "class_labels": np.asarray(labels, dtype=np.int64),
+        "area": np.asarray(areas, dtype=np.float64),
+        "iscrowd": np.asarray(crowd, dtype=np.int64),
+        "image_id": np.asarray([image_id], dtype=np.int64),
+        "orig_size": np.asarray(image_size, dtype=np.int64),
+    }
+    _check_categories(target["class_labels"], num_labels, image_id)
+    return target
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Geometric operations on (image, target) pairs; images are (C, H, W) numpy arrays
+
+
+def resize_target(target: dict, old_size: tuple[int, int], new_size: tuple[int, int]) -> dict:
+    """Scale boxes by the per-axis ratios and areas by their product (as the original and transformers do)."""
+    ratio_h, ratio_w = new_size[0] / old_size[0], new_size[1] / old_size[1]
+    target = dict(target)
+    target["boxes"] = target["boxes"] * np.asarray([ratio_w, ratio_h, ratio_w, ratio_h])
+    target["area"] = target["area"] * (ratio_w * ratio_h)
+    return target
+
+
+def hflip(image: np.ndarray, target: dict) -> tuple[np.ndarray, dict]:
+    """Mirror left-right: x -> width - x, so a box's x0 and x1 swap roles."""
+    width = image.shape[-1]
+    target = dict(target)
+    boxes = target["boxes"]
+    target["boxes"] = np.stack([width - boxes[:, 2], boxes[:, 1], width - boxes[:, 0], boxes[:, 3]], axis=1)
+    return np.ascontiguousarray(image[..., ::-1]), target
+
+
+def crop(image: np.ndarray, target: dict, region: tuple[int, int, int, int]) -> tuple[np.ndarray, dict]:
+    """Crop ``region = (top, left, height, width)``; boxes are shifted and clipped to it.
+
+    Boxes left with zero area are removed with their labels, areas and crowd flags, as in the original. The area
+    of a box cut by the crop shrinks by the fraction of the box that remains (the original replaces every area
+    by the clipped box's area, which would turn a segment area into a box area even for uncut boxes).
+    """
+    top, left, height, width = region
+    boxes = target["boxes"] - np.asarray([left, top, left, top])
+    clipped = boxes.clip(0, np.asarray([width, height, width, height]))
+    keep = (clipped[:, 2] > clipped[:, 0]) & (clipped[:, 3] > clipped[:, 1])
+    before = (boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1])
+    after = (clipped[:, 2] - clipped[:, 0]) * (clipped[:, 3] - clipped[:, 1])
+    target = dict(target)
+    target["boxes"] = clipped
+    target["area"] = target["area"] * np.divide(after, before, out=np.zeros_like(after), where=before > 0)
+    for key in _PER_BOX:
+        target[key] = target[key][keep]
+    return np.ascontiguousarray(image[:, top : top + height, left : left + width]), target
+
+
+def random_size_crop_region(
+    image_size: tuple[int, int], min_size: int, max_size: int, rng: np.random.Generator
+) -> tuple[int, int, int, int]:
+    """The original's ``RandomSizeCrop``: crop sides drawn from [min_size, min(side, max_size)], placed uniformly.
+
+    A side shorter than ``min_size`` is kept whole (the original would fail on such small images).
+    """
+    height, width = image_size
+    crop_w = int(rng.integers(min(min_size, width, max_size), min(width, max_size), endpoint=True))
+    crop_h = int(rng.integers(min(min_size, height, max_size), min(height, max_size), endpoint=True))
+    top = int(rng.integers(0, height - crop_h, endpoint=True))
+    left = int(rng.integers(0, width - crop_w, endpoint=True))
+    return top, left, crop_h, crop_w
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Settings checks
+
+
+def _check_positive_ints(name: str, values: Any, count: int | None = None) -> None:
+    ok = isinstance(values, (list, tuple)) and len(values) > 0 and all(is_integer(v) and v > 0 for v in values)
+    if not ok or (count is not None and len(values) != count):
+        length = f"{count} " if count is not None else "a non-empty list of "
+        raise ValueError(f"{name} must be {length}positive integers, got {values!r}")
+
+
+def check_settings(settings: Mapping[str, Any]) -> None:
+    """ValueError naming the setting for any value outside what it allows."""
+    activation = settings.get("class_activation")
+    if activation not in CLASS_ACTIVATIONS:
+        raise ValueError(f"class_activation must be one of {CLASS_ACTIVATIONS}, got {activation!r}")
+    num_labels = settings.get("num_labels")
+    if num_labels is not None and not (is_integer(num_labels) and num_labels > 0):
+        raise ValueError(f"num_labels must be a positive integer or None, got {num_labels!r}")
+    _check_positive_ints("augment_scales", settings.get("augment_scales"))
+    _check_positive_ints("augment_crop_scales", settings.get("augment_crop_scales"))
+    crop_size = settings.get("augment_crop_size")
+    _check_positive_ints("augment_crop_size", crop_size, count=2)
+    if crop_size[0] > crop_size[1]:
+        raise ValueError(f"augment_crop_size must be [min, max] with min <= max, got {crop_size!r}")
+    max_size = settings.get("augment_max_size")
+    if not (is_integer(max_size) and max_size > 0):
+        raise ValueError(f"augment_max_size must be a positive integer, got {max_size!r}")
+    prob = settings.get("augment_flip_prob")
+    if not isinstance(prob, (int, float)) or isinstance(prob, bool) or not 0 <= prob <= 1:
+        raise ValueError(f"augment_flip_prob must be a number in [0, 1], got {prob!r}")
+
+
+def _check_format(value: Any) -> None:
+    value = getattr(value, "value", value)
+    if value != "coco_detection":
+        raise ValueError(f"only format='coco_detection' annotations are supported, got {value!r}")
+
+
+def _legacy_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """Translate the keys of older DETR configs (``size`` int + ``max_size``, ``pad_and_return_pixel_mask``)."""
+    kwargs = {key: value for key, value in kwargs.items() if key not in _IGNORED_KEYS}
+    _check_format(kwargs.pop("format", "coco_detection"))
+    if "pad_and_return_pixel_mask" in kwargs:
+        kwargs.setdefault("do_pad", kwargs.pop("pad_and_return_pixel_mask"))
+    max_size = kwargs.pop("max_size", None)
+    if is_integer(kwargs.get("size")):
+        kwargs["size"] = {"shortest_edge": int(kwargs["size"]), "longest_edge": max_size or 1333}
+    return kwargs
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Post-processing helpers
+
+
+def _field(outputs: Any, name: str) -> torch.Tensor:
+    value = outputs.get(name) if isinstance(outputs, Mapping) else getattr(outputs, name, None)
+    if not isinstance(value, torch.Tensor):
+        raise ValueError(f"outputs must have a tensor '{name}', got {type(value).__name__}")
+    return value
+
+
+def _softmax_detections(logits: torch.Tensor, boxes: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """DETR: one detection per query, the best class after dropping the last (no-object) one."""
+    scores, labels = logits.float().softmax(-1)[..., :-1].max(-1)  # (B, Q) each
+    return scores, labels, boxes
+
+
+def _sigmoid_detections(logits: torch.Tensor, boxes: torch.Tensor, top_k: int) -> tuple[torch.Tensor, ...]:
+    """Deformable DETR: the ``top_k`` best (query, class) pairs; a query may give several detections."""
+    batch, queries, classes = logits.shape
+    flat = logits.float().sigmoid().reshape(batch, queries * classes)  # (B, Q*K), index = query * K + class
+    scores, index = flat.topk(min(top_k, queries * classes), dim=1)  # (B, k)
+    query = torch.div(index, classes, rounding_mode="floor")
+    boxes = boxes.gather(1, query.unsqueeze(-1).expand(-1, -1, 4))  # (B, k, 4)
+    return scores, index % classes, boxes
+
+
+def _scale_factors(target_sizes: Any, batch: int) -> torch.Tensor:
+    """(B, 2) sizes (height, width) -> (B, 1, 4) factors (w, h, w, h)."""
+    sizes = torch.as_tensor(
+        target_sizes.tolist() if isinstance(target_sizes, torch.Tensor) else target_sizes, dtype=torch.float32
+    )
+    if sizes.shape != (batch, 2):
+        raise ValueError(
+            f"target_sizes must give (height, width) for each of the {batch} images, got shape {tuple(sizes.shape)}"
+        )
+    height, width = sizes.unbind(1)
+    return torch.stack([width, height, width, height], dim=1)[:, None, :]
+
+
+# ----------------------------------------------------------------------------------------------------------------
+
+
+class DetectionImageProcessor(PilBackend):
+    """The DETR-style detectors' image processor on transformers' PIL backend (no torchvision). Families subclass it
+    (:class:`hf_xcv.XcvDetrImageProcessor`, :class:`hf_xcv.XcvDeformableDetrImageProcessor`): a subclass is saved
+    as its own ``image_processor_type``, which transformers resolves by class name, so none may be one of
+    transformers' own names (that would change what its ``detr`` repos load after ``import hf_xcv``).
+
+    Args (all optional; every one can also be passed per call):
+        do_resize / size: ``{"shortest_edge": 800, "longest_edge": 1333}`` (default, the original's rounding),
+            ``{"height", "width"}`` (exact) or ``{"max_height", "max_width"}`` (fit inside, keep the aspect ratio).
+        resample: PIL filter, bilinear.
+        do_rescale / rescale_factor: multiply by 1/255.
+        do_normalize / image_mean / image_std: ImageNet mean and std.
+        do_pad / pad_size: pad bottom/right with zeros to the largest image of the batch, or to
+            ``pad_size = {"height", "width"}``; returns ``pixel_mask`` (1 = image, 0 = padding).
+        do_convert_annotations: boxes as normalised ``(cx, cy, w, h)`` relative to the unpadded resized image
+            (True) or absolute ``(x0, y0, x1, y1)`` pixels of the resized image (False).
+        do_convert_rgb: grayscale -> 3 channels, RGBA -> RGB.
+        num_labels: if set, category ids outside ``[0, num_labels)`` raise a ValueError.
+        class_activation: ``"softmax"`` (DETR: last class is no-object) or ``"sigmoid"`` (Deformable DETR), for
+            :meth:`post_process_object_detection`.
+        do_augment: apply the original DETR training augmentations (keep False in a saved processor, pass
+            ``do_augment=True`` per call in training). The augmentation's last resize replaces ``size``.
+        augment_scales / augment_max_size: shorter-side sizes of the final random resize and its cap on the longer
+            side (480..800 step 32 and 1333, as the original).
+        augment_crop_scales: shorter-side sizes of the resize before the random crop (400, 500, 600).
+        augment_crop_size: ``[min, max]`` side of the random crop (384, 600).
+        augment_flip_prob: probability of a horizontal flip (0.5).
+
+    For small images scale the augmentation settings together, e.g. at ~64-128 px:
+    ``augment_scales=[64, 72, 80, 88, 96], augment_max_size=160, augment_crop_scales=[64, 80, 96],
+    augment_crop_size=[48, 96]``.
+    """
+
+    valid_kwargs = DetectionImageProcessorKwargs
+    model_input_names = ["pixel_values", "pixel_mask"]
+    resample = PILImageResampling.BILINEAR
+    image_mean = IMAGENET_DEFAULT_MEAN
+    image_std = IMAGENET_DEFAULT_STD
+    size = {"shortest_edge": 800, "longest_edge": 1333}
+    default_to_square = False
+    do_resize = True
+    do_rescale = True
+    do_normalize = True
+    do_pad = True
+    do_convert_annotations = True
+    do_convert_rgb = True
+    num_labels = None
+    class_activation = "softmax"
+    do_augment = False
+    augment_scales = DEFAULT_AUGMENT_SCALES
+    augment_max_size = 1333
+    augment_crop_scales = [400, 500, 600]
+    augment_crop_size = [384, 600]
+    augment_flip_prob = 0.5
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs = _legacy_kwargs(kwargs)
+        unknown = sorted(set(kwargs) - set(self.valid_kwargs.__annotations__))
+        if unknown:
+            raise ValueError(f"unknown setting(s) {unknown}; accepted: {sorted(self.valid_kwargs.__annotations__)}")
+        super().__init__(**kwargs)
+        for key in ("augment_scales", "augment_crop_scales", "augment_crop_size"):
+            setattr(self, key, list(getattr(self, key)))  # lists, so that a saved and reloaded processor is equal
+        check_settings(self.__dict__)
+
+    # ------------------------------------------------------------------------------------------------------------
+    # preprocessing
+
+    def preprocess(
+        self,
+        images: Any,
+        annotations: Mapping | Sequence[Mapping] | None = None,
+        return_tensors: str | None = None,
+        generator: np.random.Generator | int | None = None,
+        **kwargs: Any,
+    ) -> BatchFeature:
+        """Images (+ COCO detection annotations) -> ``pixel_values``, ``pixel_mask`` (+ ``labels``).
+
+        Args:
+            images: a PIL image, numpy array or torch tensor, or a batch of them.
+            annotations: one ``{"image_id", "annotations": [...]}`` dict per image (COCO detection format, boxes
+                ``[x, y, width, height]`` in pixels); a single dict for a single image.
+            return_tensors: ``"pt"`` for torch tensors (labels included), ``"np"`` or None for numpy arrays.
+            generator: randomness of the augmentations: a ``numpy.random.Generator`` or an int seed (None: fresh
+                entropy). One generator serves the whole batch, image after image.
+            **kwargs: any constructor setting, for this call only; ``format`` must be ``"coco_detection"``.
+
+        Returns:
+            ``pixel_values`` (B, 3, H, W) float32, ``pixel_mask`` (B, H, W) int64 when padding, and with annotations
+            ``labels``: one dict per image with ``class_labels`` (T,) int64, ``boxes`` (T, 4) float32, ``iscrowd``
+            (T,) int64 (crowd boxes are kept), ``area`` (T,) float32, ``image_id`` (1,), ``orig_size`` and ``size``
+            (height, width) int64, ``size`` being the resized image before padding. Augmentation removes boxes
+            that a crop leaves empty, with their labels, areas and crowd flags; the image is always kept.
+        """
+        settings = self._call_settings(kwargs)
+        to_rgb = bool(settings["do_convert_rgb"])
+        data_format = getattr(settings["input_data_format"], "value", settings["input_data_format"])
+        arrays = prepare_images(images, to_rgb=to_rgb, data_format=data_format)
+        annotations = self._annotations_per_image(annotations, len(arrays))
+        rng = as_generator(generator, "numpy") if settings["do_augment"] else None
+        pixels, targets = [], []
+        for index, image in enumerate(arrays):
+            annotation = None if annotations is None else annotations[index]
+            image, target = self._process_one(image, annotation, index, settings, rng)
+            pixels.append(image)
+            targets.append(target)
+        return self._batch(pixels, targets if annotations is not None else None, settings, return_tensors)
+
+    def _call_settings(self, kwargs: dict[str, Any]) -> dict[str, Any]:
+        """The instance's settings overridden by this call's, checked and standardised (size -> SizeDict)."""
+        if "format" in kwargs:
+            _check_format(kwargs.pop("format"))
+        unknown = sorted(set(kwargs) - set(self.valid_kwargs.__annotations__))
+        if unknown:
+            raise ValueError(f"unknown argument(s) {unknown}; accepted: {sorted(self.valid_kwargs.__annotations__)}")
+        settings = {name: getattr(self, name, None) for name in self.valid_kwargs.__annotations__}
+        settings.update({key: value for key, value in kwargs.items() if value is not None})
+        settings = self._standardize_kwargs(**settings)
+        check_settings(settings)
+        return settings
+
+    @staticmethod
+    def _annotations_per_image(annotations: Any, num_images: int) -> list | None:
+        if annotations is None:
+            return None
+        if isinstance(annotations, Mapping):
+            annotations = [annotations]
+        if not isinstance(annotations, Sequence) or isinstance(annotations, str):
+            raise ValueError(f"annotations must be a dict or a list of dicts, got {type(annotations).__name__}")
+        if len(annotations) != num_images:
+            raise ValueError(
+                f"got {num_images} image(s) but {len(annotations)} annotation(s): give one annotation dict per image"
+            )
+        return list(annotations)
+
+    def _process_one(
+        self,
+        image: np.ndarray,
+        annotation: Mapping | None,
+        index: int,
+        settings: dict[str, Any],
+        rng: np.random.Generator | None,
+    ) -> tuple[np.ndarray, dict]:
+        """One (C, H, W) image and its annotation -> processed image and target (absolute xyxy boxes)."""
+        image_size = image.shape[-2:]
+        if annotation is None:
+            target = coco_target({"image_id": -1, "annotations": []}, image_size, index)
+        else:
+            target = coco_target(annotation, image_size, index, settings["num_labels"])
+        if settings["do_augment"]:
+            image, target = self._augment(image, target, rng, settings)
+        elif settings["do_resize"]:
+            new_size = output_size(image_size, settings["size"])
+            image, target = self._resize_pair(image, target, new_size, settings["resample"])
+        if settings["do_rescale"]:
+            image = self.rescale(image, settings["rescale_factor"])
+        if settings["do_normalize"]:
+            image = self.normalize(image, settings["image_mean"], settings["image_std"])
+        target["size"] = np.asarray(image.shape[-2:], dtype=np.int64)
+        if settings["do_convert_annotations"]:
+            target["boxes"] = _normalized_cxcywh(target["boxes"], image.shape[-2:])
+        return image.astype(np.float32, copy=False), target
+
+    def _resize_pair(
+        self, image: np.ndarray, target: dict, new_size: tuple[int, int], resample: Any
+    ) -> tuple[np.ndarray, dict]:
+        old_size = image.shape[-2:]
+        image = self.resize(image, SizeDict(height=new_size[0], width=new_size[1]), resample=resample)
+        return image, resize_target(target, old_size, new_size)
+
+    def _random_resize(
+        self,
+        image: np.ndarray,
+        target: dict,
+        rng: np.random.Generator,
+        scales: list[int],
+        max_size: int | None,
+        resample: Any,
+    ) -> tuple[np.ndarray, dict]:
+        scale = int(scales[int(rng.integers(len(scales)))])
+        new_size = size_with_aspect_ratio(image.shape[-2:], scale, max_size)
+        return self._resize_pair(image, target, new_size, resample)
+
+    def _augment(self, image: np.ndarray, target: dict, rng: np.random.Generator, s: dict) -> tuple[np.ndarray, dict]:
+        """The original DETR training transform: flip, then either a multi-scale resize, or a resize, a random
+        size crop and a multi-scale resize (each with probability 0.5)."""
+        if rng.random() < s["augment_flip_prob"]:
+            image, target = hflip(image, target)
+        scales, max_size, resample = s["augment_scales"], s["augment_max_size"], s["resample"]
+        if rng.random() < 0.5:
+            return self._random_resize(image, target, rng, scales, max_size, resample)
+        image, target = self._random_resize(image, target, rng, s["augment_crop_scales"], None, resample)
+        low, high = s["augment_crop_size"]
+        image, target = crop(image, target, random_size_crop_region(image.shape[-2:], low, high, rng))
+        return self._random_resize(image, target, rng, scales, max_size, resample)
+
+    def _batch(
+        self, pixels: list[np.ndarray], targets: list[dict] | None, settings: dict, return_tensors: str | None
+    ) -> BatchFeature:
+        data: dict[str, Any] = {}
+        if settings["do_pad"]:
+            pixels, data["pixel_mask"] = _pad(pixels, settings["pad_size"])
+        elif return_tensors is not None and len({image.shape for image in pixels}) > 1:
+            raise ValueError(
+                f"images of different sizes {sorted({image.shape[-2:] for image in pixels})} cannot be stacked "
+                "into one tensor without padding: pass do_pad=True (or return_tensors=None)"
+            )
+        data["pixel_values"] = pixels
+        batch = BatchFeature(data=data, tensor_type=return_tensors)
+        if targets is not None:
+            batch["labels"] = [_finish_target(target, return_tensors) for target in targets]
+        return batch
+
+    # ------------------------------------------------------------------------------------------------------------
+    # post-processing
+
+    def post_process_object_detection(
+        self,
+        outputs: Any,
+        threshold: float = 0.5,
+        target_sizes: torch.Tensor | Sequence[tuple[int, int]] | None = None,
+        top_k: int = 100,
+    ) -> list[dict[str, torch.Tensor]]:
+        """Model outputs -> per image ``{"scores", "labels", "boxes"}`` with ``scores > threshold``.
+
+        Args:
+            outputs: has ``logits`` (B, Q, K) and ``pred_boxes`` (B, Q, 4), normalised ``(cx, cy, w, h)`` relative
+                to the unpadded image.
+            threshold: keep detections scoring above it (0 keeps everything, as COCO mAP needs).
+            target_sizes: (B, 2) tensor or list of (height, width) of the *original* images; boxes come out in
+                their pixels. None keeps them normalised.
+            top_k: with ``class_activation="sigmoid"``, the number of (query, class) pairs kept before the
+                threshold. With ``"softmax"`` every query gives one detection (as DETR).
+
+        Returns:
+            One dict per image: ``scores`` (N,), ``labels`` (N,) int64, ``boxes`` (N, 4) ``(x0, y0, x1, y1)``.
+        """
+        logits, boxes = _field(outputs, "logits"), _field(outputs, "pred_boxes")
+        if logits.ndim != 3 or boxes.shape != (*logits.shape[:2], 4):
+            raise ValueError(
+                f"expected logits (B, Q, K) and pred_boxes (B, Q, 4), got {tuple(logits.shape)} and "
+                f"{tuple(boxes.shape)}"
+            )
+        if self.class_activation == "softmax":
+            scores, labels, boxes = _softmax_detections(logits, boxes)
+        else:
+            scores, labels, boxes = _sigmoid_detections(logits, boxes, top_k)
+        boxes = box_cxcywh_to_xyxy(boxes.float())
+        if target_sizes is not None:
+            boxes = boxes * _scale_factors(target_sizes, len(logits)).to(boxes.device)
+        return [
+            {"scores": s[s > threshold], "labels": lab[s > threshold], "boxes": b[s > threshold]}
+            for s, lab, b in zip(scores, labels, boxes)
+        ]
+
+
+def _normalized_cxcywh(boxes: np.ndarray, image_size: tuple[int, int]) -> np.ndarray:
+    height, width = image_size
+    x0, y0, x1, y1 = boxes.T
+    return np.stack([(x0 + x1) / 2 / width, (y0 + y1) / 2 / height, (x1 - x0) / width, (y1 - y0) / height], axis=1)
+
+
+def _pad(images: list[np.ndarray], pad_size: SizeDict | None) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Zero-pad (C, H, W) images at the bottom/right to ``pad_size`` or the largest; masks 1 = image."""
+    if pad_size is not None:
+        if not (pad_size.height and pad_size.width):
+            raise ValueError(f'pad_size must be {{"height": int, "width": int}}, got {dict(pad_size)}')
+        height, width = pad_size.height, pad_size.width
+    else:
+        height, width = max(image.shape[-2] for image in images), max(image.shape[-1] for image in images)
+    padded, masks = [], []
+    for index, image in enumerate(images):
+        h, w = image.shape[-2:]
+        if h > height or w > width:
+            raise ValueError(
+                f"image {index} is {h}x{w} (height x width) after resizing, larger than pad_size {height}x{width}"
+            )
+        padded.append(np.pad(image, ((0, 0), (0, height - h), (0, width - w))))
+        mask = np.zeros((height, width), dtype=np.int64)
+        mask[:h, :w] = 1
+        masks.append(mask)
+    return padded, masks
+
+
+def _finish_target(target: dict, return_tensors: str | None) -> dict[str, Any]:
+    out = {
+        "class_labels": target["class_labels"].astype(np.int64),
+        "boxes": target["boxes"].astype(np.float32).reshape(-1, 4),
+        "iscrowd": target["iscrowd"].astype(np.int64),
+        "area": target["area"].astype(np.float32),
+        "image_id": target["image_id"],
+        "orig_size": target["orig_size"],
+        "size": target["size"],
+    }
+    if return_tensors == "pt":
+        return {key: torch.from_numpy(np.ascontiguousarray(value)) for key, value in out.items()}
+    return out
+
