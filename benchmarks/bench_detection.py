@@ -114,7 +114,7 @@ class _Operator(torch.nn.Module):
 def operator_models(batch: int, size: int) -> tuple[dict[str, torch.nn.Module], list[tuple[str, object]]]:
     from transformers.models.deformable_detr.modeling_deformable_detr import MultiScaleDeformableAttention
 
-    from hf_xcv.attention.deformable import level_start_index, multi_scale_deformable_attention
+    from hf_xcv.attention.operators.deformable import level_start_index, multi_scale_deformable_attention
 
     shapes = [(size // s, size // s) for s in (8, 16, 32, 64)]
     rows = sum(h * w for h, w in shapes)

@@ -16,8 +16,9 @@ L^2 positions with every one of the reference's (R/4)^2:
 
 * ``relevance``: from the two relu3_1 maps to the soft attention S and the hard attention's indices. ``dense`` is the
   original's ``SearchTransfer``: both maps unfolded and normalised, the whole (R/4)^2 x L^2 relevance matrix in one
-  ``bmm``, its max; ``chunked`` is hf_xcv's (:mod:`hf_xcv.attention.texture`): the same relevances in blocks of
-  ``relevance_chunk_size`` (4,096) positions a side with a running arg-max, S recomputed from the matched pair.
+  ``bmm``, its max; ``chunked`` is hf_xcv's (:mod:`hf_xcv.attention.operators.texture`): the same relevances in
+  blocks of ``relevance_chunk_size`` (4,096) positions a side with a running arg-max, S recomputed from the matched
+  pair.
 * ``model``: the whole TTSR at the paper's settings (6.7M parameters, random weights, float32, inference): the
   original's forward pass (``hf_xcv.conversion.ttsr_reference.original_forward``: dense relevance, unfold / gather /
   fold) and ``TTSRForReferenceSuperResolution`` with the same weights; seconds per megapixel of output.
@@ -85,7 +86,7 @@ def dense_relevance(query_features: torch.Tensor, key_features: torch.Tensor) ->
 
 
 def chunked_relevance(query_features: torch.Tensor, key_features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    from hf_xcv.attention.texture import best_matches, matched_relevance, patch_vectors
+    from hf_xcv.attention.operators.texture import best_matches, matched_relevance, patch_vectors
 
     queries, keys = patch_vectors(query_features), patch_vectors(key_features)
     index = best_matches(queries, keys, chunk_size=4096)

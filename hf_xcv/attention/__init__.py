@@ -2,7 +2,9 @@
 
 Each public module registers the entries it is named after; the private ones (``_masks``, ``_blocks``,
 ``_patterns``, ``_positions``, ``_kernels``, ``_segments``, ``_tensors``) hold what several
-entries share.
+entries share. :mod:`.layer` is the attention layer around a core (its Q/K/V/O projections). The attention
+operators that are no q/k/v core (multi-scale deformable attention, TTSR's texture transfer) live apart, in
+:mod:`.operators`.
 """
 
 # Importing an entry's module registers it.

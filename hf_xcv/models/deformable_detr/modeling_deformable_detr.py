@@ -27,7 +27,7 @@ from transformers import initialization as init
 from transformers.utils.generic import can_return_tuple
 
 from ...attention import MultiHeadAttention
-from ...attention.deformable import MultiScaleDeformableAttention
+from ...attention.operators.deformable import MultiScaleDeformableAttention
 from ...layers import sine_position_embedding_2d
 from ...layers.detection import DetectionBlock, MLPPredictionHead, inverse_sigmoid, resample_mask
 from ...losses import HungarianMatcher, SetCriterion, check_targets

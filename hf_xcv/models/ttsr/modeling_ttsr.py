@@ -9,9 +9,9 @@ queries' image), the reference (Ref, a high-resolution image of similar content,
 reference bicubically down- and upsampled x4 (Ref↓↑, the keys' image: as blurred as LR↑, so that both are
 compared at the same quality). Values are Ref's own textures at three scales.
 
-The texture transfer is :mod:`hf_xcv.attention.texture`: relevances in bounded-memory blocks, the hard attention's
-copy as nine displaced gathers per level. ``config.attention_type`` replaces the hard attention by a registry
-core's softmax-weighted transfer (an ablation; see :class:`TTSRConfig`).
+The texture transfer is :mod:`hf_xcv.attention.operators.texture`: relevances in bounded-memory blocks, the hard
+attention's copy as nine displaced gathers per level. ``config.attention_type`` replaces the hard attention by a
+registry core's softmax-weighted transfer (an ablation; see :class:`TTSRConfig`).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from transformers.utils import ModelOutput
 from transformers.utils.generic import can_return_tuple
 
 from ...attention import build_attention
-from ...attention.texture import (
+from ...attention.operators.texture import (
     best_matches,
     fold_level,
     matched_relevance,

@@ -20,7 +20,7 @@ from transformers.models.deformable_detr.modeling_deformable_detr import (
 
 import hf_xcv
 from hf_xcv import DeformableDetrConfig, DeformableDetrForObjectDetection, DeformableDetrModel, preset_config
-from hf_xcv.attention.deformable import (
+from hf_xcv.attention.operators.deformable import (
     MultiScaleDeformableAttention,
     deformable_offset_bias,
     level_start_index,

@@ -13,7 +13,7 @@ from transformers import AutoModel, AutoModelForImageToImage
 
 import hf_xcv
 from hf_xcv import TTSRConfig, TTSRForReferenceSuperResolution, TTSRModel, preset_config
-from hf_xcv.attention.texture import best_matches, matched_relevance, patch_vectors, transfer_textures
+from hf_xcv.attention.operators.texture import best_matches, matched_relevance, patch_vectors, transfer_textures
 from hf_xcv.models.ttsr.modeling_ttsr import upsample
 
 
