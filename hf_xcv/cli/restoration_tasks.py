@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 import zlib
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -23,8 +24,11 @@ import torch
 from accelerate.utils import gather_object
 from torch.utils.data import DataLoader
 
+import hf_xcv
+from hf_xcv.data.restoration import CleanImageCollator
 from hf_xcv.metrics import psnr_ssim
 from hf_xcv.processing.restoration import to_uint8
+from hf_xcv.visualization import restoration_panel
 
 SCORES = ("psnr", "ssim", "baseline_psnr", "baseline_ssim")
 
@@ -206,3 +210,105 @@ def picture_rows(model: torch.nn.Module, processor: Any, split: Any, count: int,
                 row["captions"] = {"lr": f"{name} ({task}) input", "bicubic": "baseline: the input", "hr": "clean"}
             rows.append(row)
     return rows
+
+
+def trained_tasks(tasks: str | None, config: Any) -> dict[str, int]:
+    """The tasks the run trains and scores (``--tasks``, comma-separated, or all of the model's), with their
+    scales."""
+    scales = {task.name: task.scale for task in config.restoration_tasks}
+    if not tasks:
+        return scales
+    wanted = [task.strip() for task in tasks.split(",") if task.strip()]
+    unknown = [task for task in wanted if task not in scales]
+    if unknown or not wanted:
+        raise ValueError(f"--tasks {tasks!r}: the model's tasks are {list(scales)}")
+    return {task: scales[task] for task in wanted}
+
+
+class NamedTaskRestoration:
+    """The training of a model of named restoration tasks (a family whose recipe says
+    ``notes["restoration"] == "tasks"``: IPT), for :mod:`hf_xcv.cli.train_image_restoration`."""
+
+    own_options = ("contrastive_loss_weight",)
+    other_options = ("lr_texture_extractor", "losses", "num_init_epochs", "perceptual_weight", "transferal_weight",
+                     "adversarial_weight", "gan_k", "lr_discriminator")  # fmt: skip
+
+    def __init__(self, config: Any, model_args: Any):
+        self.config = config
+        self.model_args = model_args
+        self.scales = trained_tasks(model_args.tasks, config)
+        # the other tasks' heads and tails get no gradient in a step
+        self.find_unused_parameters = len(config.tasks) > 1
+
+    def check(self, args: Any) -> None:
+        """The run's options that this training refuses, by name, before the run folder is claimed; the contrastive
+        weight the run uses is recorded (the card says it)."""
+        check_trainable(self.scales, self.config)  # user-named tasks have no built-in degradation
+        if args.losses != "rec" or self.model_args.vgg19_weights:
+            raise ValueError("--losses all and --vgg19_weights are TTSR's recipe; IPT trains with L1 (+ contrastive)")
+        if args.contrastive_loss_weight is None:
+            args.contrastive_loss_weight = self.config.contrastive_loss_weight
+
+    def crop_size(self, crop_size: int | None) -> int:
+        """The training crops' side in HR pixels (a tile times the largest task scale by default), checked."""
+        crop = crop_size or self.config.image_size * max(self.scales.values())
+        check_crop_size(crop, self.config, self.scales)
+        return crop
+
+    @property
+    def held_out_scale(self) -> int:
+        return held_out_scale(self.config)
+
+    def folder_policy(self, missing_reference: str) -> tuple[str, int]:
+        """A folder's clean images train without references (``"itself"``), cut to every task's scale."""
+        return "itself", self.held_out_scale
+
+    def default_processor(self) -> Any:
+        return hf_xcv.IPTImageProcessor(rgb_range=self.config.rgb_range)
+
+    def check_processor(self, processor: Any) -> None:
+        if processor.rgb_range != self.config.rgb_range:
+            raise ValueError(
+                f"the image processor works in [0, {processor.rgb_range}] and the model in [0, "
+                f"{self.config.rgb_range}] (rgb_range): their pixel values would be misread"
+            )
+
+    def check_held_out(self, data: Any, splits: tuple[str, ...], processor: Any, eval_batch_size: int) -> None:
+        check_held_out(data, splits, self.config, self.scales)
+
+    def model_overrides(self, args: Any) -> dict[str, Any]:
+        return {"contrastive_loss_weight": args.contrastive_loss_weight}
+
+    def initialise(self, model: torch.nn.Module) -> None:
+        """Nothing: IPT starts from its own initialisation (or its checkpoint)."""
+
+    def build_criterion(self, accelerator: Any, args: Any, crop_size: int) -> None:
+        return None  # the model's own loss: L1 (+ contrastive)
+
+    def collator(self, processor: Any) -> CleanImageCollator:
+        return CleanImageCollator()
+
+    def objective(self, accelerator, model, criterion, state, processor, data_args, args):
+        """batch -> loss of one task per batch (see :func:`training_objective`)."""
+        return training_objective(
+            model, processor, self.scales, self.config.image_size, data_args.augment, accelerator.device, state,
+            args.seed,
+        )  # fmt: skip
+
+    def evaluate(self, accelerator: Any, model: torch.nn.Module, processor: Any, loader: DataLoader) -> dict:
+        return score_split(accelerator, model, processor, loader, tasks=list(self.scales))
+
+    def describe(self, results: dict[str, Any]) -> str:
+        return describe(results, list(self.scales))
+
+    @torch.no_grad()
+    def draw_pictures(self, model: torch.nn.Module, processor: Any, split: Any, count: int, path: Path) -> None:
+        """Input, baseline, output and clean image of the first ``count`` images of ``split``, per task."""
+        rows = picture_rows(model, processor, split, count, list(self.scales))
+        restoration_panel(rows, output_label="IPT").save(path)
+
+    def card_facts(self, scores: dict[str, Any]) -> tuple[dict[str, Any], dict[str, float]]:
+        """The card's template variables and its model-index metrics (each task's PSNR and SSIM)."""
+        tasks = list(self.scales)
+        metrics = {f"{metric}_{task}": scores[f"{metric}_{task}"] for task in tasks for metric in ("psnr", "ssim")}
+        return {"tasks": tasks, "scores": scores}, metrics

@@ -15,6 +15,10 @@ import yaml
 from helpers import REPO_ROOT, accelerate_launcher, check, run_script
 from safetensors.torch import load_file
 
+import hf_xcv
+from hf_xcv.cli import restoration_reference as reference
+from hf_xcv.data.restoration import RestorationCollator
+
 SCRIPT = REPO_ROOT / "training" / "train_image_restoration.py"
 run = partial(run_script, SCRIPT)
 HUB_REPO = "testuser/ttsr-photos-run"
@@ -127,12 +131,12 @@ def test_training_lowers_the_loss():
     torch.manual_seed(0)
     model = script.build_model(script.ModelArguments(preset="ttsr-test-tiny"))
     data = load_photos_dataset(crop_size=32, crops_per_photo=1)
-    batch = script.RestorationCollator(script.hf_xcv.TTSRImageProcessor())([data["train"][i] for i in range(4)])
+    batch = RestorationCollator(hf_xcv.TTSRImageProcessor())([data["train"][i] for i in range(4)])
     args = script.TrainArguments(output_dir="unused", learning_rate=2e-3, lr_texture_extractor=2e-4)
     optimizer, _ = script.build_optimizer(model, args, total_steps=30)
     losses = []
     for _ in range(30):
-        loss = model(**script.model_inputs(batch), labels=batch["labels"]).loss
+        loss = model(**reference.model_inputs(batch), labels=batch["labels"]).loss
         loss.backward()
         optimizer.step()
         optimizer.zero_grad()
@@ -159,7 +163,6 @@ def test_the_recipe_trains_the_texture_extractor_at_a_tenth_of_the_rate():
 
 
 def test_augmentation_moves_the_low_and_high_resolution_images_together_and_the_reference_apart():
-    from hf_xcv.cli import train_image_restoration as script
 
     generator = torch.Generator().manual_seed(0)
     lr = torch.rand(16, 3, 6, 6, generator=generator)
@@ -172,7 +175,7 @@ def test_augmentation_moves_the_low_and_high_resolution_images_together_and_the_
         "degraded_reference_pixel_values": ref + 1,
     }
     torch.manual_seed(3)
-    out = script.augment(batch)
+    out = reference.augment(batch)
     upsampled = out["pixel_values"].repeat_interleave(4, -1).repeat_interleave(4, -2)
     assert torch.equal(out["upsampled_pixel_values"], upsampled) and torch.equal(out["labels"], upsampled * 2)
     assert torch.equal(out["degraded_reference_pixel_values"], out["reference_pixel_values"] + 1)
@@ -237,7 +240,7 @@ def test_vgg19_initialises_only_a_texture_extractor_of_its_widths(vgg19_file, ca
     assert torch.equal(vgg_wide.ttsr.texture_extractor.slice1[0].weight, weights["features.0.weight"])
     assert list(reduced.config.texture_channels) == [4, 8, 16]
     reduced.save_pretrained(tmp_path / "tuned")
-    script.hf_xcv.TTSRImageProcessor(size_divisibility_mode="pad").save_pretrained(tmp_path / "tuned")
+    hf_xcv.TTSRImageProcessor(size_divisibility_mode="pad").save_pretrained(tmp_path / "tuned")
     processor = script.build_processor(
         script.ModelArguments(model_name_or_path=str(tmp_path / "tuned")), reduced.config
     )
