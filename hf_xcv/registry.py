@@ -124,14 +124,14 @@ MODEL_TYPES: dict[str, ModelEntry] = {}
 def register_model_type(entry: ModelEntry) -> ModelEntry:
     """Add a family's entry to :data:`MODEL_TYPES` (once per model type; its presets' names must be new)."""
     model_type = entry.model_type
-    if model_type in MODEL_TYPES and MODEL_TYPES[model_type] is not entry:
-        raise ValueError(f"model_type {model_type!r} is registered already")
     for name, preset in entry.presets.items():
         if preset.model_type != model_type:
             raise ValueError(f"preset {name!r} of {model_type} makes a {preset.model_type} model")
         owner = next((t for t, e in MODEL_TYPES.items() if name in e.presets and t != model_type), None)
         if owner is not None:
             raise ValueError(f"preset {name!r} of {model_type} is a preset of {owner} already")
+    if model_type in MODEL_TYPES and MODEL_TYPES[model_type] is not entry:
+        raise ValueError(f"model_type {model_type!r} is registered already")
     MODEL_TYPES[model_type] = entry
     return entry
 
