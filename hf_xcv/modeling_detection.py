@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +25,7 @@ from transformers.utils import ModelOutput
 from .conversion import load_state_dict
 from .layers import freeze_batch_norms
 from .layers.detection import backbone_stages, dilate_last_stage, resample_mask
+from .losses import check_targets
 from .modeling_utils import XcvPreTrainedModel
 
 
@@ -204,6 +206,32 @@ class DetectionTransformerPreTrainedModel(XcvPreTrainedModel):
         if isinstance(attn_implementation, str) and self.config.backbone_model_type == "resnet":
             attn_implementation = {"": attn_implementation, "backbone_config": "eager"}
         return super().set_attn_implementation(attn_implementation)
+
+    def criterion(self) -> Any:
+        """The family's set criterion (matcher and losses) of the current config."""
+        raise NotImplementedError(f"{type(self).__name__} has no set criterion: it is no detector")
+
+    def auxiliary_outputs(
+        self, all_logits: Sequence[torch.Tensor], all_boxes: Sequence[torch.Tensor]
+    ) -> list[dict[str, torch.Tensor]] | None:
+        """Every earlier decoder layer's ``logits`` and ``pred_boxes`` (the auxiliary losses' predictions, when
+        ``config.auxiliary_loss``; the last layer's are the detector's own)."""
+        if not self.config.auxiliary_loss:
+            return None
+        return [{"logits": a, "pred_boxes": b} for a, b in zip(all_logits[:-1], all_boxes[:-1])]
+
+    def detection_loss(
+        self,
+        logits: torch.Tensor,
+        pred_boxes: torch.Tensor,
+        auxiliary: list[dict[str, torch.Tensor]] | None,
+        labels: Any,
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The set loss of the family's :meth:`criterion` on the last layer's predictions and the auxiliary ones,
+        after ``labels`` are checked (one dict per image)."""
+        check_targets(labels, logits.shape[0], name="labels")
+        predictions = {"logits": logits, "pred_boxes": pred_boxes, "auxiliary_outputs": auxiliary or []}
+        return self.criterion().to(logits.device)(predictions, labels)
 
     def _pixels(self, pixel_values: torch.Tensor | None, pixel_mask: torch.Tensor | None) -> tuple[torch.Tensor, ...]:
         """``pixel_values`` checked and cast to the weights' dtype, and the (B, H, W) boolean valid mask (all

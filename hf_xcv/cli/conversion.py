@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 from collections.abc import Callable
 from typing import Any
@@ -65,6 +66,17 @@ def run(
             reason = err if isinstance(err, ValueError) else f"verification failed: {type(err).__name__}: {err}"
             raise SystemExit(f"{reason}; removed {args.output}") from err
         print(f"verified: max |delta| = {delta:.3e}")
+
+
+def is_official_file(source: str) -> bool:
+    """Whether ``--input`` is an original checkpoint file, which a program converts itself, rather than a
+    transformers folder or Hub repo (left to the shared conversion). A ``.pth`` / ``.pt`` path that is no file is
+    refused by name: it is no repo id to look up."""
+    if os.path.isfile(source):
+        return True
+    if source.endswith((".pth", ".pt")):
+        raise ValueError(f"{source}: no such file")
+    return False
 
 
 def check_deltas(deltas: dict[str, float], tolerance: float) -> float:

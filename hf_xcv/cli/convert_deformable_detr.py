@@ -29,8 +29,7 @@ import torch
 import hf_xcv
 from hf_xcv.conversion import deformable_detr as mapping
 
-from .conversion import run, verify_detector, write_converted
-from .convert_detr import is_official_file
+from .conversion import is_official_file, run, verify_detector, write_converted
 
 
 def convert_official_file(
@@ -96,8 +95,6 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
 def _convert(args: argparse.Namespace) -> list[str] | None:
     """An original file here; a transformers folder or repo is left to the shared conversion (None)."""
     if not is_official_file(args.input):
-        if args.input.endswith((".pth", ".pt")):  # meant as a file: not a Hub repo id to look up
-            raise ValueError(f"{args.input}: no such file")
         return None
     for name in ("num_heads", "num_queries"):
         if getattr(args, name) < 1:

@@ -18,7 +18,6 @@ differ by more than ``--tolerance``.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
 import torch
@@ -26,11 +25,7 @@ import torch
 import hf_xcv
 from hf_xcv.conversion import detr as mapping
 
-from .conversion import run, verify_detector, write_converted
-
-
-def is_official_file(source: str) -> bool:
-    return os.path.isfile(source)
+from .conversion import is_official_file, run, verify_detector, write_converted
 
 
 def convert_official_file(source: str, output: str, num_heads: int, dilation: bool, overwrite: bool) -> list[str]:
@@ -77,8 +72,6 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
 def _convert(args: argparse.Namespace) -> list[str] | None:
     """An original file here; a transformers folder or repo is left to the shared conversion (None)."""
     if not is_official_file(args.input):
-        if args.input.endswith((".pth", ".pt")):  # meant as a file: not a Hub repo id to look up
-            raise ValueError(f"{args.input}: no such file")
         return None
     if args.num_heads < 1:
         raise ValueError(f"--num_heads must be a positive number, got {args.num_heads}")

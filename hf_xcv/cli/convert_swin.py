@@ -17,7 +17,6 @@ hf_xcv's on the result with the same random pixels, and deletes the output again
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
 import torch
@@ -26,13 +25,9 @@ import hf_xcv
 from hf_xcv.conversion import swin as mapping
 from hf_xcv.layers import to_pair
 
-from .conversion import check_deltas, run, sample_inputs, write_converted
+from .conversion import check_deltas, is_official_file, run, sample_inputs, write_converted
 
 _TO_TRANSFORMERS = "attention.relative_position_bias.relative_position_bias_table"
-
-
-def is_official_file(source: str) -> bool:
-    return os.path.isfile(source)
 
 
 def convert_official_file(source: str, output: str, image_size: int | None, overwrite: bool) -> list[str]:
@@ -92,8 +87,6 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
 def _convert(args: argparse.Namespace) -> list[str] | None:
     """An original file here; a transformers folder or repo is left to the shared conversion (None)."""
     if not is_official_file(args.input):
-        if args.input.endswith((".pth", ".pt")):  # meant as a file: not a Hub repo id to look up
-            raise ValueError(f"{args.input}: no such file")
         return None
     if args.image_size is not None and args.image_size < 1:
         raise ValueError(f"--image_size must be a positive number of pixels, got {args.image_size}")

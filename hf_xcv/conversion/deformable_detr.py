@@ -29,7 +29,7 @@ from typing import Any
 import torch
 
 from .checkpoint_io import load_pth_state_dict
-from .detection import DETECTOR_FIELDS, detection_config
+from .detection import DETECTOR_FIELDS, detection_config, official_transformer_sizes
 from .resnet import official_resnet, rename_backbone, resnet_config
 from .rules import Rule, count_indices, name_numbered_norms, rename_keys, required_shape, split_in_proj
 
@@ -310,12 +310,7 @@ def official_config(
         "backbone_config": backbone,
         "d_model": d_model,
         "num_queries": queries,
-        "encoder_layers": count_indices(state_dict, r"transformer\.encoder\.layers\.(\d+)\."),
-        "decoder_layers": count_indices(state_dict, r"transformer\.decoder\.layers\.(\d+)\."),
-        "encoder_ffn_dim": _shape(state_dict, "transformer.encoder.layers.0.linear1.weight")[0],
-        "decoder_ffn_dim": _shape(state_dict, "transformer.decoder.layers.0.linear1.weight")[0],
-        "encoder_attention_heads": num_heads,
-        "decoder_attention_heads": num_heads,
+        **official_transformer_sizes(state_dict, num_heads, "an original Deformable DETR checkpoint"),
         "num_feature_levels": levels,
         "encoder_n_points": _points(state_dict, "encoder", "self_attn", num_heads, levels),
         "decoder_n_points": _points(state_dict, "decoder", "cross_attn", num_heads, levels),

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from .rules import count_indices, required_shape
+
 # The fields of a transformers DETR config that say the architecture (and DETR's matcher and loss weights); the
 # rest are training settings, which take hf_xcv's defaults (the original recipe).
 DETECTOR_FIELDS = (
@@ -53,3 +55,16 @@ def detection_config(
     if kept:
         out["architectures"] = kept
     return out
+
+
+def official_transformer_sizes(state_dict: dict[str, Any], num_heads: int, checkpoint: str) -> dict[str, Any]:
+    """The encoder's and decoder's sizes of an original DETR-style checkpoint
+    (``transformer.{encoder,decoder}.layers.N`` with ``linear1`` feed-forward blocks), read from its shapes; the head
+    count cannot be read (``num_heads``)."""
+    sizes = {}
+    for stack in ("encoder", "decoder"):
+        sizes[f"{stack}_layers"] = count_indices(state_dict, rf"transformer\.{stack}\.layers\.(\d+)\.")
+        key = f"transformer.{stack}.layers.0.linear1.weight"
+        sizes[f"{stack}_ffn_dim"] = required_shape(state_dict, key, checkpoint)[0]
+        sizes[f"{stack}_attention_heads"] = num_heads
+    return sizes

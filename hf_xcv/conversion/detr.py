@@ -22,9 +22,9 @@ from typing import Any
 import torch
 
 from .checkpoint_io import load_pth_state_dict
-from .detection import DETECTOR_FIELDS, detection_config
+from .detection import DETECTOR_FIELDS, detection_config, official_transformer_sizes
 from .resnet import official_resnet, rename_backbone, resnet_config
-from .rules import Rule, count_indices, name_numbered_norms, rename_keys, required_shape, split_in_proj
+from .rules import Rule, name_numbered_norms, rename_keys, required_shape, split_in_proj
 
 SOURCE_MODEL_TYPE = "detr"
 TARGET_MODEL_TYPE = "xcv_detr"
@@ -129,12 +129,7 @@ def official_config(state_dict: dict[str, torch.Tensor], num_heads: int = 8, dil
         "backbone_config": backbone,
         "d_model": d_model,
         "num_queries": num_queries,
-        "encoder_layers": count_indices(state_dict, r"transformer\.encoder\.layers\.(\d+)\."),
-        "decoder_layers": count_indices(state_dict, r"transformer\.decoder\.layers\.(\d+)\."),
-        "encoder_ffn_dim": _shape(state_dict, "transformer.encoder.layers.0.linear1.weight")[0],
-        "decoder_ffn_dim": _shape(state_dict, "transformer.decoder.layers.0.linear1.weight")[0],
-        "encoder_attention_heads": num_heads,
-        "decoder_attention_heads": num_heads,
+        **official_transformer_sizes(state_dict, num_heads, "an original DETR checkpoint"),
         "dilation": dilation,
         "num_labels": _shape(state_dict, "class_embed.weight")[0] - 1,  # the last logit is "no object"
         "architectures": ["DetrForObjectDetection"],

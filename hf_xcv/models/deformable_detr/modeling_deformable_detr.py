@@ -30,7 +30,7 @@ from ...attention import MultiHeadAttention
 from ...attention.operators.deformable import MultiScaleDeformableAttention
 from ...layers import sine_position_embedding_2d
 from ...layers.detection import DetectionBlock, MLPPredictionHead, inverse_sigmoid, resample_mask
-from ...losses import HungarianMatcher, SetCriterion, check_targets
+from ...losses import HungarianMatcher, SetCriterion
 from ...modeling_detection import (
     DetectionModelOutput,
     DetectionTransformerPreTrainedModel,
@@ -622,9 +622,7 @@ class DeformableDetrForObjectDetection(DeformableDetrPreTrainedModel):
                 all_boxes.append(outputs.intermediate_predicted_boxes[index])
             else:
                 all_boxes.append(refine_boxes(box_head(layers[index]), outputs.init_reference_points))
-        auxiliary = None
-        if self.config.auxiliary_loss:
-            auxiliary = [{"logits": a, "pred_boxes": b} for a, b in zip(all_logits[:-1], all_boxes[:-1])]
+        auxiliary = self.auxiliary_outputs(all_logits, all_boxes)
         enc_outputs = None
         if self.config.two_stage:
             enc_outputs = {
@@ -633,13 +631,10 @@ class DeformableDetrForObjectDetection(DeformableDetrPreTrainedModel):
             }
         loss = loss_dict = None
         if labels is not None:
-            check_targets(labels, all_logits[-1].shape[0], name="labels")
-            criterion = self.criterion().to(all_logits[-1].device)
-            predictions = {"logits": all_logits[-1], "pred_boxes": all_boxes[-1], "auxiliary_outputs": auxiliary or []}
-            loss, loss_dict = criterion(predictions, labels)
+            loss, loss_dict = self.detection_loss(all_logits[-1], all_boxes[-1], auxiliary, labels)
             if enc_outputs is not None:  # class-agnostic: every target is class 0 for the proposals
                 agnostic = [{**t, "class_labels": torch.zeros_like(t["class_labels"])} for t in labels]
-                enc_loss, enc_dict = criterion(enc_outputs, agnostic)
+                enc_loss, enc_dict = self.criterion().to(all_logits[-1].device)(enc_outputs, agnostic)
                 loss = loss + enc_loss
                 loss_dict.update({f"{name}_enc": value for name, value in enc_dict.items()})
         return detection_output(

@@ -27,7 +27,7 @@ from transformers.utils.generic import can_return_tuple
 from ...attention import MultiHeadAttention
 from ...layers import sine_position_embedding_2d
 from ...layers.detection import DetectionBlock, MLPPredictionHead
-from ...losses import HungarianMatcher, SetCriterion, check_targets
+from ...losses import HungarianMatcher, SetCriterion
 from ...modeling_detection import (
     DetectionBackbone,
     DetectionModelOutput,
@@ -361,14 +361,10 @@ class DetrForObjectDetection(DetrPreTrainedModel):
             layers = layers[-1:]  # the heads run on the last layer only: nothing reads the others
         all_logits = self.class_labels_classifier(layers)  # (L, B, Q, num_labels + 1)
         all_boxes = self.bbox_predictor(layers).sigmoid()  # (L, B, Q, 4)
-        auxiliary = None
-        if self.config.auxiliary_loss:
-            auxiliary = [{"logits": a, "pred_boxes": b} for a, b in zip(all_logits[:-1], all_boxes[:-1])]
+        auxiliary = self.auxiliary_outputs(all_logits, all_boxes)
         loss = loss_dict = None
         if labels is not None:
-            check_targets(labels, all_logits.shape[1], name="labels")
-            predictions = {"logits": all_logits[-1], "pred_boxes": all_boxes[-1], "auxiliary_outputs": auxiliary or []}
-            loss, loss_dict = self.criterion()(predictions, labels)
+            loss, loss_dict = self.detection_loss(all_logits[-1], all_boxes[-1], auxiliary, labels)
         return detection_output(
             DetrObjectDetectionOutput,
             outputs,
