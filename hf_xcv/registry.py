@@ -122,7 +122,8 @@ MODEL_TYPES: dict[str, ModelEntry] = {}
 
 
 def register_model_type(entry: ModelEntry) -> ModelEntry:
-    """Add a family's entry to :data:`MODEL_TYPES` (once per model type; its presets' names must be new)."""
+    """Add a family's entry to :data:`MODEL_TYPES` and return the registered one (one per model type: an equal
+    declaration changes nothing, another is refused; its presets' names must be new)."""
     model_type = entry.model_type
     for name, preset in entry.presets.items():
         if preset.model_type != model_type:
@@ -130,8 +131,10 @@ def register_model_type(entry: ModelEntry) -> ModelEntry:
         owner = next((t for t, e in MODEL_TYPES.items() if name in e.presets and t != model_type), None)
         if owner is not None:
             raise ValueError(f"preset {name!r} of {model_type} is a preset of {owner} already")
-    if model_type in MODEL_TYPES and MODEL_TYPES[model_type] is not entry:
-        raise ValueError(f"model_type {model_type!r} is registered already")
+    if model_type in MODEL_TYPES:
+        if MODEL_TYPES[model_type] != entry:
+            raise ValueError(f"model_type {model_type!r} is registered already")
+        return MODEL_TYPES[model_type]  # declared again (a family's package imported again): nothing changes
     MODEL_TYPES[model_type] = entry
     return entry
 

@@ -22,13 +22,14 @@ from transformers import AutoModelForImageToImage
 import hf_xcv
 from hf_xcv.cli import restoration_tasks
 from hf_xcv.data import load_photos_dataset
+from hf_xcv.data.restoration import CleanImageCollator
 
 
 def check_folder(folder: Path) -> None:
     model, processor, recorded = load_trained(folder, AutoModelForImageToImage)
     tasks = [key.removeprefix("psnr_") for key in recorded if key.startswith("psnr_")]
     test = load_photos_dataset(scale=restoration_tasks.held_out_scale(model.config))["test"]  # as training cut them
-    loader = DataLoader(test, batch_size=1, collate_fn=restoration_tasks.CleanImageCollator())
+    loader = DataLoader(test, batch_size=1, collate_fn=CleanImageCollator())
     results = restoration_tasks.score_split(Accelerator(cpu=True), model, processor, loader, tasks)
     print(f"{folder}: {restoration_tasks.describe(results, tasks)}")
     for task in tasks:

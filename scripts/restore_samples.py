@@ -20,8 +20,9 @@ from reloading import load_trained
 from torch.utils.data import DataLoader
 from transformers import AutoModelForImageToImage
 
-from hf_xcv.cli.train_image_restoration import RestorationCollator, restore_split
+from hf_xcv.cli.restoration_reference import restore_split
 from hf_xcv.data import load_photos_dataset
+from hf_xcv.data.restoration import RestorationCollator
 
 
 def main() -> None:

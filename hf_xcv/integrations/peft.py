@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-# The linear layers adapters can target, in every hf_xcv model (the README lists them per family).
+# The linear layers adapters can target, in every hf_xcv model (docs/training.md lists them per family).
 ADAPTER_MODULE_NAMES = ("q_proj", "k_proj", "v_proj", "o_proj", "fc1", "fc2")
 _PEFT_REFERENCE = "bart"  # the transformers architecture whose module names hf_xcv's match
 _RENAMED = {"out_proj": "o_proj"}

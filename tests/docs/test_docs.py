@@ -13,6 +13,7 @@ import os
 import re
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -35,12 +36,13 @@ def runnable_blocks(path: Path) -> list[tuple[int, str]]:
         if line.strip() != MARKER:
             continue
         fence = lines[index + 1] if index + 1 < len(lines) else ""
-        if not re.fullmatch(r"```(python|py)\s*", fence):
+        if not re.fullmatch(r"\s*```(python|py)\s*", fence):
             raise ValueError(f"{path.relative_to(REPO)}:{index + 1}: {MARKER} must be followed by a ```python fence")
         end = next((i for i in range(index + 2, len(lines)) if lines[i].strip() == "```"), None)
         if end is None:
             raise ValueError(f"{path.relative_to(REPO)}:{index + 2}: the runnable block is never closed")
-        blocks.append((index + 3, "\n".join(lines[index + 2 : end])))
+        # a block inside a list item is indented like its fence
+        blocks.append((index + 3, textwrap.dedent("\n".join(lines[index + 2 : end]))))
     return blocks
 
 

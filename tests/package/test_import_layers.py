@@ -8,6 +8,7 @@ below. Within a layer, imports between modules are allowed as long as they make 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 from helpers import REPO_ROOT
@@ -182,3 +183,12 @@ def test_the_checker_sees_imports_inside_functions_and_relative_ones(tmp_path):
     assert targets == {"hf_xcv.models.vit", "hf_xcv.auto", "hf_xcv.presets"}
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert cycles(graph) == [["a", "b", "c"]]
+
+
+def test_the_docs_list_the_layers_this_test_enforces():
+    """docs/contributing.md's table of layers is this test's LAYERS, in order."""
+    page = (REPO_ROOT / "docs" / "contributing.md").read_text(encoding="utf-8")
+    section = page.split("## Layers", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| ") and "`" in line]
+    documented = [(row.split("|")[1].strip(), tuple(re.findall(r"`([^`]+)`", row.split("|")[2]))) for row in rows]
+    assert documented == LAYERS

@@ -78,8 +78,9 @@ def test_a_second_registration_of_a_type_or_a_preset_name_is_refused():
     assert registry.register_model_type(entry) is entry  # importing a family again changes nothing
     from dataclasses import replace
 
+    assert registry.register_model_type(replace(entry)) == entry  # an equal declaration too
     with pytest.raises(ValueError, match="registered already"):
-        registry.register_model_type(replace(entry))
+        registry.register_model_type(replace(entry, exporter=None))
     clash = replace(registry.MODEL_TYPES["xcv_swin"], presets={"vit-test-tiny": registry.Preset("xcv_swin", {})})
     with pytest.raises(ValueError, match="preset 'vit-test-tiny' of xcv_swin is a preset of xcv_vit already"):
         registry.register_model_type(clash)

@@ -65,7 +65,7 @@ PRESETS: dict[str, Preset] = {
             num_queries=10,
             two_stage_num_proposals=10,
         ),
-        "hf_xcv demo on the built-in shapes scenes (see README for the measured mAP)",
+        "hf_xcv demo on the built-in shapes scenes (the measured mAP: docs/models/deformable_detr.md)",
     ),
     "deformable-detr-test-tiny": Preset(
         "xcv_deformable_detr",

@@ -47,7 +47,7 @@ PRESETS: dict[str, Preset] = {
             decoder_ffn_dim=128,
             num_queries=10,
         ),
-        "hf_xcv demo on the built-in shapes scenes (see README for the measured mAP)",
+        "hf_xcv demo on the built-in shapes scenes (the measured mAP: docs/models/detr.md)",
     ),
     "detr-test-tiny": Preset(
         "xcv_detr",

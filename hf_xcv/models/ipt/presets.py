@@ -49,7 +49,7 @@ PRESETS: dict[str, Preset] = {
             num_hidden_layers=2,
             num_attention_heads=4,
         ),  # fmt: skip
-        "hf_xcv demo on scikit-image's photos (see README for the measured PSNR/SSIM)",
+        "hf_xcv demo on scikit-image's photos (the measured PSNR/SSIM: docs/models/ipt.md)",
     ),
     "ipt-test-tiny": Preset(
         "xcv_ipt",

@@ -33,7 +33,7 @@ PRESETS: dict[str, Preset] = {
     "swin-digits": Preset(
         "xcv_swin",
         _swin(64, [2, 4], [4, 8], window=4, image=16, patch_size=2, drop_path_rate=0.1),
-        "hf_xcv demo on scikit-learn's digits (see README for the measured accuracy)",
+        "hf_xcv demo on scikit-learn's digits (the measured accuracy: docs/models/swin.md)",
     ),
     "swin-test-tiny": Preset(
         "xcv_swin", _swin(16, [2, 2], [2, 4], window=2, image=16, patch_size=2, drop_path_rate=0.1), "test fixture"

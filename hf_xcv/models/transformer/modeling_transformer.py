@@ -500,12 +500,12 @@ class TransformerForConditionalGeneration(TransformerPreTrainedModel, XcvGenerat
         return_dict: bool | None = None,
         **kwargs: Any,
     ) -> Seq2SeqLMOutput:
-        r"""
+        r"""The other arguments are :class:`TransformerModel`'s; of ``kwargs``, ``num_items_in_batch`` (from Trainer)
+        normalises the loss over gradient accumulation, and any other key is refused.
+
         Args:
             labels: (batch, target_length) target ids ending in ``</s>``, -100 where ignored. Without
                 ``decoder_input_ids`` they are shifted right behind ``decoder_start_token_id`` (teacher forcing).
-            Other arguments as :class:`TransformerModel`; of ``kwargs``, ``num_items_in_batch`` (from Trainer)
-            normalises the loss over gradient accumulation, and any other key is refused.
 
         Returns:
             loss (label-smoothed cross-entropy, with labels), logits (batch, target_length, decoder_vocab_size),

@@ -39,7 +39,7 @@ PRESETS: dict[str, Preset] = {
     "transformer-numbers": Preset(
         "xcv_transformer",
         _transformer(128, 3, 4, 512, vocab_size=1000, max_position_embeddings=128),
-        "hf_xcv demo on the built-in number corpus (see README for the measured BLEU)",
+        "hf_xcv demo on the built-in number corpus (the measured BLEU: docs/models/transformer.md)",
     ),
     "transformer-test-tiny": Preset(
         "xcv_transformer",

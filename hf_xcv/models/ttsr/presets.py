@@ -27,7 +27,7 @@ PRESETS: dict[str, Preset] = {
     "ttsr-photos": Preset(
         "xcv_ttsr",
         dict(num_res_blocks="4+4+2+1", n_feats=32, texture_channels=[16, 32, 64]),
-        "hf_xcv demo on scikit-image's photos (see README for the measured PSNR/SSIM)",
+        "hf_xcv demo on scikit-image's photos (the measured PSNR/SSIM: docs/models/ttsr.md)",
     ),
     "ttsr-test-tiny": Preset(
         "xcv_ttsr",

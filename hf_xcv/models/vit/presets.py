@@ -45,7 +45,7 @@ PRESETS: dict[str, Preset] = {
     "vit-digits": Preset(
         "xcv_vit",
         _vit(128, 6, 4, 256, patch=4, image=16, pooling="mean"),
-        "hf_xcv demo on scikit-learn's digits (see README for the measured accuracy)",
+        "hf_xcv demo on scikit-learn's digits (the measured accuracy: docs/models/vit.md)",
     ),
     # Tiny configuration the registry-driven tests build for every model type (see MODEL_TYPES).
     "vit-test-tiny": Preset("xcv_vit", _vit(32, 2, 4, 64, patch=4, image=16), "test fixture"),
