@@ -8,6 +8,7 @@ from typing import Any
 from transformers import PretrainedConfig
 
 from .configuration_utils import XcvConfig, check_activation
+from .registry import MODEL_TYPES
 from .utils.checks import (
     check_bool,
     check_choice,
@@ -17,8 +18,11 @@ from .utils.checks import (
     check_probability,
 )
 
-# Backbones whose stem and stages hf_xcv knows how to freeze (and, for ResNet, to dilate).
-BACKBONE_TYPES = ("resnet", "xcv_swin")
+
+def backbone_types() -> list[str]:
+    """The backbones a detector builds: transformers' ResNet (which hf_xcv also dilates for DC5) and every registered
+    hf_xcv type with a backbone (its family declares it, with the stages a detector freezes)."""
+    return ["resnet", *(t for t, entry in MODEL_TYPES.items() if entry.backbone is not None)]
 
 
 class DetectionTransformerConfig(XcvConfig):
@@ -124,7 +128,7 @@ class DetectionTransformerConfig(XcvConfig):
         """ValueError unless the backbone reads the stages the detector takes (a family's own rule)."""
 
     def check(self) -> None:
-        check_choice("backbone_config.model_type", self.backbone_model_type, BACKBONE_TYPES)
+        check_choice("backbone_config.model_type", self.backbone_model_type, backbone_types())
         self.check_backbone_features()
         for name in ("num_channels", "num_queries", "d_model", "encoder_layers", "decoder_layers"):
             check_int(name, getattr(self, name))

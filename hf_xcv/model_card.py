@@ -13,7 +13,7 @@ from typing import Any
 
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
-from .registry import auto_class_name, find_exporter, pipeline_tag
+from .registry import MODEL_TYPES, auto_class_name, find_exporter, pipeline_tag
 from .version import __version__
 
 # The card templates, package data of hf_xcv (a checkout's top-level model_cards/ links here).
@@ -43,22 +43,6 @@ def quoted(text: str) -> str:
     return json.dumps(text, ensure_ascii=False)
 
 
-_VISION_FIELDS = (
-    "image_size", "patch_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
-    "intermediate_size", "pooling", "attention_type",
-)  # fmt: skip
-# The config fields of the card's "Model" table, per model_type (other types: the vision fields they have).
-_CONFIG_FIELDS = {
-    "xcv_ttsr": (
-        "num_res_blocks", "n_feats", "res_scale", "texture_channels", "upscale", "relevance_chunk_size",
-        "attention_type",
-    ),
-    "xcv_transformer": (
-        "vocab_size", "d_model", "encoder_layers", "decoder_layers", "encoder_attention_heads",
-        "encoder_ffn_dim", "decoder_ffn_dim", "dropout", "label_smoothing", "position_embedding_type",
-        "normalize_before", "attention_type",
-    ),
-}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -174,7 +158,7 @@ def _model_facts(model: Any, repo_id: str, base_model: str | None) -> dict[str, 
         "exportable": can_export(config.to_dict()),
         "config_rows": [
             (key, getattr(config, key))
-            for key in _CONFIG_FIELDS.get(config.model_type, _VISION_FIELDS)
+            for key in MODEL_TYPES[config.model_type].card_fields
             if hasattr(config, key)
         ],
         "versions": _versions(),

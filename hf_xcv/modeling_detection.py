@@ -113,13 +113,14 @@ class DetectionBackbone(nn.Module):
     def load_pretrained(self, path: str | os.PathLike) -> None:
         """Load ImageNet weights from a local transformers-format checkpoint of the backbone's architecture (a
         ``ResNetModel`` / ``ResNetForImageClassification`` / ``ResNetBackbone`` folder, or hf_xcv's Swin): every
-        backbone weight must be there with its shape; a classifier head is ignored."""
+        backbone weight must be there with its shape; a classifier head is ignored. Keys are the backbone's own or
+        carry its architecture's prefix (``resnet.``), as a classifier saves them."""
         state_dict = load_state_dict(path)
-        prefix = next((p for p in ("resnet.", "swin.") if any(k.startswith(p) for k in state_dict)), "")
         wanted = self.model.state_dict()
+        prefix = f"{self.model.base_model_prefix}."
         found: dict[str, torch.Tensor] = {}
         for key, tensor in state_dict.items():
-            name = key.removeprefix(prefix) if prefix == "resnet." else key
+            name = key if key in wanted else key.removeprefix(prefix)
             if name in wanted:
                 found[name] = tensor
         missing = sorted(set(wanted) - set(found))

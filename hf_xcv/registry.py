@@ -88,6 +88,8 @@ class ModelEntry:
         conversion_formats: the ``hf-xcv-convert <format>`` programs the family adds; the program of ``a-b`` is
             ``hf_xcv.cli.convert_a_b`` (a checkout's wrapper ``conversion/a_b.py``).
         recipe: the training recipe of the family's paper (the defaults of its training script's unset options).
+        card_fields: the config fields a model card's table shows (where a family has none of its own, the vision
+            fields it has: image and patch size, width, depth, heads, MLP width, pooling, attention).
     """
 
     config: type
@@ -102,6 +104,10 @@ class ModelEntry:
     exporter: str | None = None
     conversion_formats: tuple[str, ...] = ()
     recipe: TrainingRecipe | None = None
+    card_fields: tuple[str, ...] = (
+        "image_size", "patch_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+        "pooling", "attention_type",
+    )  # fmt: skip
 
     @property
     def model_type(self) -> str:
@@ -184,14 +190,6 @@ def conversion_programs() -> dict[str, str]:
     if exported_types():
         programs["to-transformers"] = "hf_xcv.cli.export_to_transformers"
     return programs
-
-
-def entry_of_class(model_class: type) -> ModelEntry | None:
-    """The entry a model class (or a subclass of one) belongs to."""
-    for entry in MODEL_TYPES.values():
-        if any(issubclass(model_class, cls) for cls in entry.model_classes):
-            return entry
-    return None
 
 
 def auto_class_name(model_class: type) -> str:

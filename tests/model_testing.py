@@ -24,9 +24,11 @@ def case_id(case) -> str:
 
 def _specs() -> dict[str, ModelTestSpec]:
     """Every family's test declarations (the modules of tests/model_specs), by model type."""
-    specs = {}
+    specs: dict[str, ModelTestSpec] = {}
     for module in pkgutil.iter_modules(model_specs.__path__):
         for spec in importlib.import_module(f"model_specs.{module.name}").SPECS:
+            if spec.model_type in specs:
+                raise ValueError(f"model_specs.{module.name} declares {spec.model_type} again")
             specs[spec.model_type] = spec
     return specs
 

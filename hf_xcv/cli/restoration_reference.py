@@ -17,7 +17,7 @@ from accelerate import Accelerator
 from accelerate.utils import gather_object
 from torch.utils.data import DataLoader
 
-import hf_xcv
+from hf_xcv.cli.restoration_training import RestorationTraining
 from hf_xcv.data.restoration import RestorationCollator
 from hf_xcv.metrics import psnr_ssim
 from hf_xcv.processing.restoration import SCALE, to_uint8
@@ -29,10 +29,6 @@ LOSS_CHOICES = ("rec", "all")
 DEFAULT_CROP = 160  # the original's HR crops (LR 40x40)
 VGG19_WIDTHS = [64, 128, 256]  # relu1_1, relu2_1, relu3_1: the texture extractor ImageNet's VGG19 initialises
 INPUT_KEYS = ("pixel_values", "upsampled_pixel_values", "reference_pixel_values", "degraded_reference_pixel_values")
-# TTSR's own options (its texture extractor's rate, its losses): the card leaves out the others'.
-OWN_OPTIONS = ("lr_texture_extractor", "losses", "num_init_epochs", "perceptual_weight", "transferal_weight",
-               "adversarial_weight", "gan_k", "lr_discriminator")  # fmt: skip
-OTHER_OPTIONS = ("contrastive_loss_weight",)
 
 
 def model_inputs(batch: dict[str, Any]) -> dict[str, torch.Tensor]:
@@ -178,17 +174,15 @@ def full_objective(
     return loss_of
 
 
-class ReferenceSuperResolution:
-    """The training of a reference-based super-resolution model (a family whose recipe says
-    ``notes["restoration"] == "reference"``: TTSR), for :mod:`hf_xcv.cli.train_image_restoration`."""
+class ReferenceSuperResolution(RestorationTraining):
+    """The training of a reference-based x4 super-resolution model (a family whose recipe says
+    ``notes["restoration"] == "reference"``: TTSR): pairs of an LR image and a reference, values in [-1, 1], the
+    family's processor degrading HR images as the original pipeline does."""
 
-    own_options = OWN_OPTIONS
-    other_options = OTHER_OPTIONS
-    find_unused_parameters = False
-
-    def __init__(self, config: Any, model_args: Any):
-        self.config = config
-        self.model_args = model_args
+    # its own options (the texture extractor's rate, the full objective's losses)
+    own_options = ("lr_texture_extractor", "losses", "num_init_epochs", "perceptual_weight", "transferal_weight",
+                   "adversarial_weight", "gan_k", "lr_discriminator")  # fmt: skip
+    held_out_scale = SCALE
 
     def check(self, args: Any) -> None:
         """The run's options that this training refuses, by name, before the run folder is claimed."""
@@ -211,23 +205,12 @@ class ReferenceSuperResolution:
             )
         return crop
 
-    held_out_scale = SCALE  # the built-in photos' held-out views are cut to multiples of it
-
     def folder_policy(self, missing_reference: str) -> tuple[str, int]:
         """How a folder's HR images without a reference are taken, and the multiple their sides are cut to."""
         return missing_reference, SCALE
 
-    def default_processor(self) -> Any:
-        return hf_xcv.TTSRImageProcessor()
-
-    def check_processor(self, processor: Any) -> None:
-        """Nothing to agree on: TTSR's processor and model both work in [-1, 1]."""
-
     def check_held_out(self, data: Any, splits: tuple[str, ...], processor: Any, eval_batch_size: int) -> None:
         check_pairs(data, splits, processor, eval_batch_size)
-
-    def model_overrides(self, args: Any) -> dict[str, Any]:
-        return {}
 
     def initialise(self, model: torch.nn.Module) -> None:
         """The texture extractor from VGG19's ImageNet weights, where its widths are VGG19's (the original's)."""
@@ -285,8 +268,7 @@ class ReferenceSuperResolution:
             output = to_uint8(output, TTSR_RANGE)[0]
             rows.append({"lr": lr, "bicubic": bicubic, "output": output, "hr": hr, "reference": ref,
                          "title": str(row.get("name", ""))})  # fmt: skip
-        label = type(model).__name__.removesuffix("ForReferenceSuperResolution")
-        restoration_panel(rows, output_label=label).save(path)
+        restoration_panel(rows, output_label=self.name).save(path)
 
     def card_facts(self, scores: dict[str, Any]) -> tuple[dict[str, Any], dict[str, float]]:
         """The card's template variables and its model-index metrics (the model's; bicubic's go in the text)."""

@@ -24,7 +24,7 @@ import torch
 from accelerate.utils import gather_object
 from torch.utils.data import DataLoader
 
-import hf_xcv
+from hf_xcv.cli.restoration_training import RestorationTraining
 from hf_xcv.data.restoration import CleanImageCollator
 from hf_xcv.metrics import psnr_ssim
 from hf_xcv.processing.restoration import to_uint8
@@ -225,17 +225,15 @@ def trained_tasks(tasks: str | None, config: Any) -> dict[str, int]:
     return {task: scales[task] for task in wanted}
 
 
-class NamedTaskRestoration:
+class NamedTaskRestoration(RestorationTraining):
     """The training of a model of named restoration tasks (a family whose recipe says
-    ``notes["restoration"] == "tasks"``: IPT), for :mod:`hf_xcv.cli.train_image_restoration`."""
+    ``notes["restoration"] == "tasks"``: IPT): clean images degraded in the training step for one task per batch,
+    values in [0, rgb_range]."""
 
     own_options = ("contrastive_loss_weight",)
-    other_options = ("lr_texture_extractor", "losses", "num_init_epochs", "perceptual_weight", "transferal_weight",
-                     "adversarial_weight", "gan_k", "lr_discriminator")  # fmt: skip
 
     def __init__(self, config: Any, model_args: Any):
-        self.config = config
-        self.model_args = model_args
+        super().__init__(config, model_args)
         self.scales = trained_tasks(model_args.tasks, config)
         # the other tasks' heads and tails get no gradient in a step
         self.find_unused_parameters = len(config.tasks) > 1
@@ -264,7 +262,7 @@ class NamedTaskRestoration:
         return "itself", self.held_out_scale
 
     def default_processor(self) -> Any:
-        return hf_xcv.IPTImageProcessor(rgb_range=self.config.rgb_range)
+        return self.entry.image_processor(rgb_range=self.config.rgb_range)
 
     def check_processor(self, processor: Any) -> None:
         if processor.rgb_range != self.config.rgb_range:
@@ -278,12 +276,6 @@ class NamedTaskRestoration:
 
     def model_overrides(self, args: Any) -> dict[str, Any]:
         return {"contrastive_loss_weight": args.contrastive_loss_weight}
-
-    def initialise(self, model: torch.nn.Module) -> None:
-        """Nothing: IPT starts from its own initialisation (or its checkpoint)."""
-
-    def build_criterion(self, accelerator: Any, args: Any, crop_size: int) -> None:
-        return None  # the model's own loss: L1 (+ contrastive)
 
     def collator(self, processor: Any) -> CleanImageCollator:
         return CleanImageCollator()
@@ -305,7 +297,7 @@ class NamedTaskRestoration:
     def draw_pictures(self, model: torch.nn.Module, processor: Any, split: Any, count: int, path: Path) -> None:
         """Input, baseline, output and clean image of the first ``count`` images of ``split``, per task."""
         rows = picture_rows(model, processor, split, count, list(self.scales))
-        restoration_panel(rows, output_label="IPT").save(path)
+        restoration_panel(rows, output_label=self.name).save(path)
 
     def card_facts(self, scores: dict[str, Any]) -> tuple[dict[str, Any], dict[str, float]]:
         """The card's template variables and its model-index metrics (each task's PSNR and SSIM)."""

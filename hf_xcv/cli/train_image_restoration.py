@@ -314,6 +314,12 @@ def reporter(
     return report
 
 
+def others_options(training: Any) -> list[str]:
+    """The training options of the other kinds of restoration, which do not apply to the run (its card leaves them
+    out)."""
+    return [name for kind in TRAININGS.values() if not isinstance(training, kind) for name in kind.own_options]
+
+
 def model_card(model, results, args: TrainArguments, model_args, data_args: DataArguments, argv, training) -> ModelCard:
     split = data_args.test_split
     recipe = MODEL_TYPES[model.config.model_type].recipe
@@ -322,7 +328,7 @@ def model_card(model, results, args: TrainArguments, model_args, data_args: Data
         TEMPLATE, model, args, results, argv, task="image-restoration", split=split, metrics=metrics,
         dataset=data_args.dataset, built_in=("photos", "scikit-image-photos"),
         base_model=model_args.model_name_or_path, task_type="image-to-image", pipeline_tag="image-to-image",
-        template_vars={"family": recipe.name, "paper": recipe.paper, **facts}, left_out=training.other_options,
+        template_vars={"family": recipe.name, "paper": recipe.paper, **facts}, left_out=others_options(training),
     )  # fmt: skip
 
 

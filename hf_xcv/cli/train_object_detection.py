@@ -66,9 +66,6 @@ from hf_xcv.visualization import detection_grid, draw_detections
 TEMPLATE = TEMPLATES / "object_detection.md"
 PICTURES = "detections.png"
 DEFAULT_PRESET = "detr-shapes"
-# The parameters the Deformable DETR recipe trains at lr_linear_proj_mult of the lr (the original's
-# lr_linear_proj_names): the sampling offsets of every deformable attention and the query -> reference point Linear.
-LINEAR_PROJECTIONS = ("sampling_offsets", "reference_points")
 
 
 # The model types this script trains: those with an object detector, each with its paper's recipe (the defaults of
@@ -252,12 +249,12 @@ def build_model(args: ModelArguments, labels: list[str]) -> torch.nn.Module:
     return model
 
 
-def parameter_group(name: str) -> str:
-    """Which learning rate a parameter trains at: "backbone", "linear_proj" (:data:`LINEAR_PROJECTIONS`) or
-    "transformer" (the rest)."""
+def parameter_group(name: str, linear_projections: tuple[str, ...] = ()) -> str:
+    """Which learning rate a parameter trains at: "backbone", "linear_proj" (a name holding one of the recipe's
+    ``linear_projections``: Deformable DETR's sampling offsets and reference points) or "transformer" (the rest)."""
     if ".backbone." in f".{name}":
         return "backbone"
-    return "linear_proj" if any(part in name for part in LINEAR_PROJECTIONS) else "transformer"
+    return "linear_proj" if any(part in name for part in linear_projections) else "transformer"
 
 
 def build_optimizer(model: torch.nn.Module, args: TrainArguments, total_steps: int) -> tuple[Any, Any]:
@@ -273,7 +270,10 @@ def build_optimizer(model: torch.nn.Module, args: TrainArguments, total_steps: i
         "backbone": args.lr_backbone,
         "linear_proj": args.learning_rate * args.lr_linear_proj_mult,
     }
-    groups = [{"params": [p for n, p in named if parameter_group(n) == group], "lr": lr} for group, lr in lrs.items()]
+    linear = RECIPES[model.config.model_type].notes.get("linear_projections", ())
+    groups = [
+        {"params": [p for n, p in named if parameter_group(n, linear) == group], "lr": lr} for group, lr in lrs.items()
+    ]
     optimizer = torch.optim.AdamW([g for g in groups if g["params"]], weight_decay=args.weight_decay)
     if args.lr_scheduler_type != "step":
         return optimizer, runner.build_scheduler(optimizer, args.lr_scheduler_type, 0, total_steps)

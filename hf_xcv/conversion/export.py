@@ -3,9 +3,10 @@
 for people who only have transformers.
 
 :func:`export_checkpoint` reads an hf_xcv folder or Hub repo, maps config and weights with the pure
-``export(config, state_dict)`` of the mapping module its family names (:attr:`hf_xcv.registry.ModelEntry.exporter`),
-loads them into transformers' own model class (every weight accounted for,
-strictly) and saves that, with the processor or tokenizer files transformers needs, atomically.
+``export(config, state_dict)`` of the mapping module its family names (:attr:`hf_xcv.registry.ModelEntry.exporter`;
+its optional ``model_kwargs(config, state_dict)`` are the arguments transformers' class is built with), loads them
+into transformers' own model class (every weight accounted for, strictly) and saves that, with the processor or
+tokenizer files transformers needs, atomically.
 """
 
 from __future__ import annotations
@@ -31,15 +32,15 @@ _TEXT_FILES = (
 )  # fmt: skip
 
 
-def build_transformers_model(config_dict: dict[str, Any], state_dict: dict[str, torch.Tensor]) -> torch.nn.Module:
-    """transformers' own model for ``config_dict`` (its ``architectures``), holding exactly ``state_dict``."""
+def build_transformers_model(
+    config_dict: dict[str, Any], state_dict: dict[str, torch.Tensor], model_kwargs: dict[str, Any] | None = None
+) -> torch.nn.Module:
+    """transformers' own model for ``config_dict`` (its ``architectures``; built with ``model_kwargs``, e.g. a bare
+    ViT without its pooler), holding exactly ``state_dict``."""
     config_dict = dict(config_dict)
     config = transformers.AutoConfig.for_model(config_dict.pop("model_type"), **config_dict)
     model_class = getattr(transformers, config.architectures[0])
-    extra = (
-        {"add_pooling_layer": False} if model_class is transformers.ViTModel and not _has(state_dict, "pooler") else {}
-    )
-    model = model_class(config, **extra)
+    model = model_class(config, **(model_kwargs or {}))
     missing, unexpected = model.load_state_dict(state_dict, strict=False)
     if missing or unexpected:
         raise ValueError(
@@ -47,10 +48,6 @@ def build_transformers_model(config_dict: dict[str, Any], state_dict: dict[str, 
             f"left over {sorted(unexpected)[:8]}"
         )
     return model.eval()
-
-
-def _has(state_dict: dict[str, torch.Tensor], part: str) -> bool:
-    return any(f"{part}." in key for key in state_dict)
 
 
 def export_checkpoint(
@@ -61,7 +58,8 @@ def export_checkpoint(
     config_dict = load_config_dict(source, **hub_kwargs)
     exporter = find_exporter(config_dict.get("model_type"))
     target_config, target_state_dict = exporter.export(config_dict, load_state_dict(source, **hub_kwargs))
-    model = build_transformers_model(target_config, target_state_dict)
+    model_kwargs = exporter.model_kwargs(target_config, target_state_dict) if hasattr(exporter, "model_kwargs") else {}
+    model = build_transformers_model(target_config, target_state_dict, model_kwargs)
     with atomic_directory(output_dir, overwrite=overwrite) as staging:
         model.save_pretrained(staging)
         processor = cached_file(

@@ -33,7 +33,7 @@ the number of tasks and each tail's scale. What the weights cannot tell:
   ``sr_x4``); a single scale-1 task is denoising at sigma 30 or 50, or deraining: the released file name tells which
   (``IPT_denoise30.pt`` -> ``denoise_30``, ``IPT_denoise50.pt`` -> ``denoise_50``, ``IPT_derain.pt`` -> ``derain``),
   otherwise ``tasks`` must say it. Six tasks of scales 2, 3, 4, 1, 1, 1 (``IPT_pretrain.pt``, MindSpore's
-  ``--scale 2+3+4+1+1+1``) are read in the order :data:`PRETRAIN_TASKS` (x2, x3, x4, denoise_30, denoise_50,
+  ``--scale 2+3+4+1+1+1``) are read in the order :data:`PRETRAINING_TASKS` (x2, x3, x4, denoise_30, denoise_50,
   derain); which scale-1 task is which is recorded nowhere, and a third-party copy of MindSpore's pre-training data
   code orders them derain, denoise_30, denoise_50, so ``tasks`` overrides. Any other layout needs ``tasks``.
 
@@ -59,7 +59,6 @@ from .rules import Rule, indices_of, numbered, precision_rtol, rename_keys, requ
 from .ttsr import strip_data_parallel
 
 __all__ = [
-    "PRETRAIN_TASKS",
     "convert_config",
     "convert_state_dict",
     "load_original",
@@ -72,7 +71,6 @@ TARGET_MODEL_TYPE = "xcv_ipt"
 PROCESSOR_TYPE = "IPTImageProcessor"
 ARCHITECTURE = "IPTForImageRestoration"
 DEFAULT_NUM_HEADS = 12  # every official script (option.py --num_heads); the state dict cannot tell
-PRETRAIN_TASKS = PRETRAINING_TASKS  # --scale 2+3+4+1+1+1
 SCALE_ONE_TASKS = ("denoise_30", "denoise_50", "derain")  # the released single-task scale-1 models
 MEAN_SHIFTS = {"sub_mean": -1, "add_mean": 1}
 POSITION_IDS = "body.position_encoding.position_ids"
@@ -229,7 +227,7 @@ def infer_tasks(
         return tasks, own
     scales = list(scales)
     if scales == [2, 3, 4, 1, 1, 1]:
-        return list(PRETRAIN_TASKS), {}
+        return list(PRETRAINING_TASKS), {}
     if len(scales) == 1 and scales[0] > 1:
         return [f"sr_x{scales[0]}"], {}
     named = _from_file_name(file_name) if scales == [1] else None
@@ -243,7 +241,7 @@ def infer_tasks(
         )
     raise ValueError(
         f"the checkpoint has {len(scales)} tasks with tails of scales {scales}, not one task nor the pre-training "
-        f"layout 2, 3, 4, 1, 1, 1 ({', '.join(PRETRAIN_TASKS)}): name them in order with --tasks (tasks=[...])"
+        f"layout 2, 3, 4, 1, 1, 1 ({', '.join(PRETRAINING_TASKS)}): name them in order with --tasks (tasks=[...])"
     )
 
 

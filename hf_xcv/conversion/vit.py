@@ -149,6 +149,14 @@ def export_config(config: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def model_kwargs(config: dict[str, Any], state_dict: dict[str, torch.Tensor]) -> dict[str, Any]:
+    """How transformers' class of the exported weights is built: a bare ``ViTModel`` without a pooler when the
+    weights have none."""
+    has_pooler = any("pooler." in key for key in state_dict)
+    is_bare = config.get("architectures", ["ViTModel"])[0] == "ViTModel"
+    return {"add_pooling_layer": False} if is_bare and not has_pooler else {}
+
+
 def export(
     config: dict[str, Any], state_dict: dict[str, torch.Tensor]
 ) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:

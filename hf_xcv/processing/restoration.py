@@ -24,8 +24,9 @@ from scipy.ndimage import gaussian_filter
 
 from ..utils.generators import RandomSource, as_generator, numpy_generator
 
-# Reference-based super-resolution's scale: TTSR's texture transformer and cross-scale integration are built for x4
-# (the author, TTSR #11, #52), and the built-in photos are cut for it.
+# The scale of reference-based super-resolution, TTSR's x4: its texture transformer and cross-scale integration are
+# built for it (the author, TTSR #11, #52). The built-in photos and a folder's images are cut to its multiples by
+# default; named tasks (IPT) carry their own scales.
 SCALE = 4
 
 # The IPT pre-training tasks, in the official order (``--scale 2+3+4+1+1+1``: x2, x3, x4, denoise 30, denoise 50,

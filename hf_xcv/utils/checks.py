@@ -1,8 +1,9 @@
 """The validators of settings: configs' fields, attention entries' ``attention_kwargs``, processors' options.
 
-Each raises a ValueError that names the setting and what it allows, and returns the value it accepted, never a
-coerced one. ``owner`` names what the setting belongs to when the name alone does not say it (an attention entry's
-settings: ``"attention_type='lsh'"``); it starts the message.
+Each raises a ValueError that names the setting and what it allows, never coercing a wrong type, and returns the
+value it accepted (:func:`check_float` as a float, :func:`check_pair` as a tuple). ``owner`` names what the setting
+belongs to when the name alone does not say it (an attention entry's settings: ``"attention_type='lsh'"``); it
+starts the message.
 """
 
 from __future__ import annotations

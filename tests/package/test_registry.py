@@ -59,12 +59,11 @@ def test_presets_are_the_families_and_recipes_hold_options_of_their_scripts():
     assert hf_xcv.PRESETS == {n: p for e in registry.MODEL_TYPES.values() for n, p in e.presets.items()}
     from hf_xcv.cli import train_image_restoration, train_lra, train_object_detection
 
-    scripts = {
-        "xcv_detr": train_object_detection.TrainArguments,
-        "xcv_deformable_detr": train_object_detection.TrainArguments,
-        "xcv_ttsr": train_image_restoration.TrainArguments,
-        "xcv_ipt": train_image_restoration.TrainArguments,
+    scripts = {  # every family with a recipe is trained by one of these scripts
+        **{t: train_object_detection.TrainArguments for t in train_object_detection.RECIPES},
+        **{t: train_image_restoration.TrainArguments for t in train_image_restoration.RESTORATION_TYPES},
     }
+    assert set(scripts) == {t for t, e in registry.MODEL_TYPES.items() if e.recipe is not None}
     for model_type, arguments in scripts.items():
         fields = set(inspect.signature(arguments).parameters)
         assert set(registry.MODEL_TYPES[model_type].recipe.defaults) <= fields, model_type

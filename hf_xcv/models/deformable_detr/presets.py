@@ -19,13 +19,17 @@ def _deformable(depths: list[int] | None = None, levels: int = 4, dilation: bool
 
 _DEFORMABLE_PAPER = "Zhu et al. 2020 (Deformable DETR), official README: COCO val2017 box AP, 50 epochs"
 
-# The original training (main.py): AdamW at 2e-4, the backbone at 2e-5 (the sampling offsets and reference points
-# at 0.1 of the rate), the rate divided by 10 after 40 of 50 epochs.
+# The original training (main.py): AdamW at 2e-4, the backbone at 2e-5, the rate divided by 10 after 40 of 50
+# epochs; the parameters of lr_linear_proj_names (the sampling offsets of every deformable attention and the query ->
+# reference point Linear) at lr_linear_proj_mult (0.1) of the rate.
 RECIPE = TrainingRecipe(
     "Deformable DETR",
     "Zhu et al. 2020",
     defaults={"learning_rate": 2e-4, "lr_backbone": 2e-5, "lr_drop": 0.8},
-    notes={"scores": "a sigmoid per class, the top 100 (query, class) pairs of the image"},
+    notes={
+        "scores": "a sigmoid per class, the top 100 (query, class) pairs of the image",
+        "linear_projections": ("sampling_offsets", "reference_points"),
+    },
 )
 
 PRESETS: dict[str, Preset] = {

@@ -21,6 +21,11 @@ ENTRY = register_model_type(
         converters={"marian": "hf_xcv.conversion.marian"},
         exporter="hf_xcv.conversion.marian",
         conversion_formats=("marian",),
+        card_fields=(
+            "vocab_size", "d_model", "encoder_layers", "decoder_layers", "encoder_attention_heads",
+            "encoder_ffn_dim", "decoder_ffn_dim", "dropout", "label_smoothing", "position_embedding_type",
+            "normalize_before", "attention_type",
+        ),  # fmt: skip
     )
 )
 

@@ -25,6 +25,10 @@ ENTRY = register_model_type(
         presets=PRESETS,
         conversion_formats=("ttsr",),
         recipe=RECIPE,
+        card_fields=(
+            "num_res_blocks", "n_feats", "res_scale", "texture_channels", "upscale", "relevance_chunk_size",
+            "attention_type",
+        ),  # fmt: skip
     )
 )
 

@@ -207,12 +207,8 @@ class ViTModel(ViTPreTrainedModel):
             (batch, heads, tokens, tokens) tensor per layer).
         """
         self.take_kwargs(kwargs)
-        if pixel_values is None:
-            raise ValueError("pixel_values is required")
+        pixel_values = self.checked_pixels(pixel_values)
         output_attentions, output_hidden_states = self._resolve_outputs(output_attentions, output_hidden_states)
-        weight = self.embeddings.patch_embeddings.projection.weight
-        if isinstance(pixel_values, torch.Tensor) and pixel_values.dtype != weight.dtype:
-            pixel_values = pixel_values.to(weight.dtype)
         hidden_states, grid = self.embeddings(pixel_values, bool(interpolate_pos_encoding))
         encoded = self.encoder(hidden_states, grid, output_attentions, output_hidden_states)
         sequence_output = self.layernorm(encoded.last_hidden_state)

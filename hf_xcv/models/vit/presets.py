@@ -47,6 +47,6 @@ PRESETS: dict[str, Preset] = {
         _vit(128, 6, 4, 256, patch=4, image=16, pooling="mean"),
         "hf_xcv demo on scikit-learn's digits (the measured accuracy: docs/models/vit.md)",
     ),
-    # Tiny configuration the registry-driven tests build for every model type (see MODEL_TYPES).
+    # The tiny configuration the registry-driven tests build (named in tests/model_specs/vit.py).
     "vit-test-tiny": Preset("xcv_vit", _vit(32, 2, 4, 64, patch=4, image=16), "test fixture"),
 }

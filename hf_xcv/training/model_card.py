@@ -1,0 +1,7 @@
+"""Moved to :mod:`hf_xcv.model_card`.
+
+This old path still imports (with a FutureWarning), and will be removed."""
+
+from ..utils.deprecation import moved_module
+
+__getattr__ = moved_module(__name__, "hf_xcv.model_card")
