@@ -15,6 +15,7 @@ from typing import Any
 import torch
 from torch import nn
 from transformers.cache_utils import Cache, DynamicCache
+from transformers.generation import GenerationMode
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import SequenceClassifierOutput
 from transformers.utils import ModelOutput
@@ -474,9 +475,18 @@ class XFormerForCausalLM(XFormerPreTrainedModel, XcvGenerationMixin):
     @property
     def _is_stateful(self) -> bool:
         # A core without a key/value cache recomputes the whole prefix each step: there is no cache to crop back
-        # to the tokens a draft model got right, so transformers refuses assisted and prompt-lookup decoding
-        # for "stateful" models by name instead of failing inside them.
+        # to the tokens a draft model got right. transformers < 5.25 refuses assisted decoding for "stateful"
+        # models itself; later versions no longer look at this flag, so _validate_generation_mode refuses too.
         return not keeps_key_value_cache(self.config)
+
+    def _validate_generation_mode(self, generation_mode, generation_config, generation_mode_kwargs):
+        if generation_mode == GenerationMode.ASSISTED_GENERATION and self._is_stateful:
+            raise ValueError(
+                f"assisted generation is not supported with stateful models, such as {type(self).__name__} with "
+                f"attention_type={self.config.attention_type!r}: it keeps no key/value cache that could be cropped "
+                "back to the draft tokens it accepts (use an attention with a key/value cache, or plain decoding)"
+            )
+        return super()._validate_generation_mode(generation_mode, generation_config, generation_mode_kwargs)
 
     def generation_length_limit(self) -> int | None:
         if self.model.embeddings.position_embeddings is None:  # relative positions: no limit
