@@ -27,6 +27,7 @@ from .conversion import (
 )
 from .conversion.rules import check_exact_keys
 from .registry import MODEL_TYPES, convertible_sources, find_converter
+from .remote_code import add_remote_code
 
 logger = logging.getLogger(__name__)
 
@@ -97,4 +98,5 @@ def convert_checkpoint(
                 shutil.copyfile(file, staging / name)
         if hasattr(converter, "finish_folder"):  # e.g. fill in what older source folders leave implicit
             converter.finish_folder(staging, config_dict)
+        add_remote_code(staging)  # as save_pretrained writes it (hf_xcv.remote_code)
     return dropped

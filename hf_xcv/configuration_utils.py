@@ -21,6 +21,8 @@ from .attention import (
     check_capabilities,
     validate_attention_kwargs,
 )
+from .registry import MODEL_TYPES
+from .remote_code import RemoteCodeMixin, custom_pipelines
 from .utils.checks import check_choice
 
 # Keyword arguments every config takes besides its dataclass fields.
@@ -68,11 +70,16 @@ def check_attention_serves(attention_type: str, requests: Mapping[str, Any], rol
         raise ValueError(f"attention_type={attention_type!r} cannot serve {role}: " + "; ".join(problems))
 
 
-class XcvConfig(PretrainedConfig):
-    """Base of every hf_xcv config: runs :meth:`check` after construction and before saving."""
+class XcvConfig(RemoteCodeMixin, PretrainedConfig):
+    """Base of every hf_xcv config: runs :meth:`check` after construction and before saving, names the family's
+    custom pipelines in ``custom_pipelines`` and saves the remote code of its type (:mod:`hf_xcv.remote_code`)."""
 
     def __post_init__(self, **kwargs: Any) -> None:
+        kwargs.pop("auto_map", None)  # a saved folder's, not a setting: every save writes the registry's
         super().__post_init__(**kwargs)
+        entry = MODEL_TYPES.get(self.model_type)
+        if entry is not None and entry.pipelines:  # the registry's entries over loaded ones (older saves' included)
+            self.custom_pipelines = {**(getattr(self, "custom_pipelines", None) or {}), **custom_pipelines(entry)}
         self.check()
 
     def check(self) -> None:

@@ -90,6 +90,9 @@ class ModelEntry:
         recipe: the training recipe of the family's paper (the defaults of its training script's unset options).
         card_fields: the config fields a model card's table shows (where a family has none of its own, the vision
             fields it has: image and patch size, width, depth, heads, MLP width, pooling, attention).
+        pipelines: custom pipeline tasks of the type's task models -> the import path of hf_xcv's pipeline class
+            (``{"image-to-image": "hf_xcv.pipelines.ImageRestorationPipeline"}``): saved configs name them in
+            ``custom_pipelines``, so ``transformers.pipeline(model=folder)`` finds them (:mod:`hf_xcv.remote_code`).
     """
 
     config: type
@@ -108,6 +111,7 @@ class ModelEntry:
         "image_size", "patch_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
         "pooling", "attention_type",
     )  # fmt: skip
+    pipelines: dict[str, str] = field(default_factory=dict)
 
     @property
     def model_type(self) -> str:

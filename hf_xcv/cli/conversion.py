@@ -14,6 +14,7 @@ import torch
 from hf_xcv.checkpoint_conversion import check_converted, convert_checkpoint
 from hf_xcv.conversion import atomic_directory, save_safetensors
 from hf_xcv.layers import to_pair
+from hf_xcv.remote_code import add_remote_code
 
 # verify(source, converted, tolerance, revision) -> worst |delta|; raises ValueError above tolerance
 Verifier = Callable[[str, str, float, "str | None"], float]
@@ -103,30 +104,50 @@ def write_converted(
         with open(staging / "config.json", "w") as handle:
             json.dump(config, handle, indent=2, sort_keys=True)
         processor.save_pretrained(staging)
+        add_remote_code(staging)  # as save_pretrained writes it (hf_xcv.remote_code)
 
 
 def verify_detector(theirs: torch.nn.Module, ours: torch.nn.Module, tolerance: float) -> float:
-    """Largest |difference| of a transformers detector's and hf_xcv's logits and boxes, in eval mode on a padded
-    batch of two random images of different sizes (320x384, and 224x256 inside it); an error above
-    ``tolerance``."""
+    """Largest |difference| of a transformers detector's and hf_xcv's logits and boxes, in eval mode on
+    :func:`sample_inputs`' padded batch; an error above ``tolerance``."""
     theirs, ours = theirs.eval(), ours.eval()
-    generator = torch.Generator().manual_seed(0)
-    pixels = torch.randn(2, ours.config.num_channels, 320, 384, generator=generator)
-    mask = torch.ones(2, 320, 384, dtype=torch.long)
-    mask[1, 224:] = 0
-    mask[1, :, 256:] = 0
-    pixels[1] *= mask[1]
+    inputs = sample_inputs(ours)
     with torch.no_grad():
-        a, b = theirs(pixel_values=pixels, pixel_mask=mask), ours(pixel_values=pixels, pixel_mask=mask)
-    deltas = {name: (getattr(a, name) - getattr(b, name)).abs().max().item() for name in ("logits", "pred_boxes")}
-    return check_deltas(deltas, tolerance)
+        a, b = theirs(**inputs), ours(**inputs)
+    return check_deltas(output_deltas(a, b, ("logits", "pred_boxes")), tolerance)
+
+
+# The outputs compared between a model and its conversion or export, where both have them.
+COMPARED_OUTPUTS = ("logits", "pred_boxes", "last_hidden_state", "feature_maps", "reconstruction")
+
+
+def output_deltas(a: Any, b: Any, names: tuple[str, ...] = COMPARED_OUTPUTS) -> dict[str, float]:
+    """Largest |difference| of each of the ``names`` outputs that ``a`` and ``b`` both hold (a tuple of maps, such
+    as a backbone's ``feature_maps``, by its worst map)."""
+    deltas = {}
+    for name in names:
+        x, y = getattr(a, name, None), getattr(b, name, None)
+        if x is None or y is None:
+            continue
+        pairs = zip(x, y, strict=True) if isinstance(x, (tuple, list)) else [(x, y)]
+        deltas[name] = max((u.float() - v.float()).abs().max().item() for u, v in pairs)
+    return deltas
 
 
 def sample_inputs(model: torch.nn.Module, batch: int = 2) -> dict[str, torch.Tensor]:
     """Random inputs for comparing a model with its conversion or export, from a fixed generator: images of the
-    config's size for an image model; token ids (with a target prefix for an encoder-decoder) for a text model."""
+    config's size for an image model; for a detector (no fixed size) a padded batch of two images of different
+    sizes (320x384, and 224x256 inside it) with its pixel mask; token ids (with a target prefix for an
+    encoder-decoder) for a text model."""
     config = model.config
     generator = torch.Generator().manual_seed(0)
+    if model.main_input_name == "pixel_values" and not hasattr(config, "image_size"):
+        pixels = torch.randn(2, config.num_channels, 320, 384, generator=generator)
+        mask = torch.ones(2, 320, 384, dtype=torch.long)
+        mask[1, 224:] = 0
+        mask[1, :, 256:] = 0
+        pixels[1] *= mask[1]
+        return {"pixel_values": pixels, "pixel_mask": mask}
     if model.main_input_name == "pixel_values":
         size = to_pair(config.image_size)
         return {"pixel_values": torch.randn(batch, config.num_channels, *size, generator=generator)}

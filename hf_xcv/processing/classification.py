@@ -9,10 +9,11 @@ from transformers.image_processing_backends import PilBackend
 from transformers.image_processing_utils import BatchFeature
 from transformers.image_utils import IMAGENET_STANDARD_MEAN, IMAGENET_STANDARD_STD, PILImageResampling
 
+from ..remote_code import RemoteCodeMixin
 from .images import prepare_images
 
 
-class ClassificationImageProcessor(PilBackend):
+class ClassificationImageProcessor(RemoteCodeMixin, PilBackend):
     """transformers' image-processor arguments and pipeline (its ``ViTImageProcessor``'s defaults), with hf_xcv's
     input coercion first: PIL images, numpy arrays (HW, HWC or CHW) and torch tensors, one image or a batch,
     grayscale and RGBA converted to RGB; anything else raises a ValueError that says what it got.
@@ -40,6 +41,10 @@ class ClassificationImageProcessor(PilBackend):
     do_rescale = True
     do_normalize = True
     do_convert_rgb = True
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.pop("auto_map", None)  # a saved folder's, not a setting: every save writes the registry's
+        super().__init__(**kwargs)
 
     @classmethod
     def for_image_size(cls, size: tuple[int, int]) -> ClassificationImageProcessor:

@@ -33,6 +33,7 @@ from transformers.image_utils import (
 )
 from transformers.processing_utils import ImagesKwargs
 
+from ..remote_code import RemoteCodeMixin
 from ..utils.box_ops import box_cxcywh_to_xyxy
 from ..utils.checks import is_integer
 from ..utils.generators import as_generator
@@ -366,7 +367,7 @@ def _scale_factors(target_sizes: Any, batch: int) -> torch.Tensor:
 # ----------------------------------------------------------------------------------------------------------------
 
 
-class DetectionImageProcessor(PilBackend):
+class DetectionImageProcessor(RemoteCodeMixin, PilBackend):
     """The DETR-style detectors' image processor on transformers' PIL backend (no torchvision). Families subclass it
     (:class:`hf_xcv.XcvDetrImageProcessor`, :class:`hf_xcv.XcvDeformableDetrImageProcessor`): a subclass is saved
     as its own ``image_processor_type``, which transformers resolves by class name, so none may be one of

@@ -9,13 +9,14 @@ import PIL.Image
 import torch
 from transformers.image_processing_backends import PilBackend
 
+from ..remote_code import RemoteCodeMixin
 from .restoration import quantize
 
 # Keys that saved processor configs carry and that hold no setting.
 IGNORED_KEYS = ("image_processor_type", "processor_class", "auto_map")
 
 
-class FixedPipelineProcessor(PilBackend):
+class FixedPipelineProcessor(RemoteCodeMixin, PilBackend):
     """A PIL-backend image processor whose pipeline is fixed (as the original code's): it takes and saves its own
     ``SETTINGS`` only, refuses any other by name (transformers' resize / rescale / normalise settings do not apply),
     and checks them with :meth:`check_settings` when built."""

@@ -38,7 +38,7 @@ PAPER = dict(n_feats=64, patch_size=48, patch_dim=3, num_layers=12)
 HEADS = 2  # the tiny layouts' attention heads (72-wide tokens)
 TOL64 = 1e-10  # float64 rounding on the 0-255 scale: measured <= 2.3e-13
 TOL32 = 1e-3  # float32 rounding on the 0-255 scale (4e-6 of it): measured <= 9.2e-5
-CONVERTED_FILES = ["config.json", "model.safetensors", "preprocessor_config.json"]
+CONVERTED_FILES = ["config.json", "model.safetensors", "preprocessor_config.json", "xcv_ipt.py"]  # (+ remote code)
 
 
 def converted_model(state_dict: dict[str, torch.Tensor], **kwargs) -> hf_xcv.IPTForImageRestoration:

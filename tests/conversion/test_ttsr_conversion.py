@@ -34,6 +34,7 @@ from hf_xcv.presets import preset_config
 
 PAPER = dict(n_feats=64, blocks=(16, 16, 8, 4), channels=(64, 128, 256))
 TINY = dict(n_feats=8, blocks=(2, 1, 1, 1), channels=(4, 8, 16))
+CONVERTED_FILES = ["config.json", "model.safetensors", "preprocessor_config.json", "xcv_ttsr.py"]  # (+ remote code)
 PAPER_PARAMETERS = 6_729_603  # "6.7M"; the official count (research notes: 6.73M saved) adds the 12 MeanShift numbers
 TOL64 = 1e-12  # float64 rounding: measured <= 3e-15
 TOL32 = 1e-5  # float32 rounding through 40+ convolutions: measured <= 1e-6
@@ -333,7 +334,7 @@ def test_an_existing_output_is_kept_unless_overwrite(tiny, tmp_path):
         convert_ttsr.main(["--input", str(tmp_path / "TTSR.pt"), "--output", str(out)])
     assert (out / "keep.txt").read_text() == "mine"
     convert_ttsr.main(["--input", str(tmp_path / "TTSR.pt"), "--output", str(out), "--overwrite"])
-    assert sorted(p.name for p in out.iterdir()) == ["config.json", "model.safetensors", "preprocessor_config.json"]
+    assert sorted(p.name for p in out.iterdir()) == CONVERTED_FILES
 
 
 def test_a_half_precision_checkpoint_converts_and_the_tolerance_must_be_positive(tiny, tmp_path, capsys):
@@ -367,7 +368,7 @@ def test_the_command_converts_and_verifies_in_a_fresh_process(tiny, tmp_path, su
     assert "(float64): reconstruction" in result.stdout and "verified: max |delta|" in result.stdout
     worst = float(result.stdout.split("verified: max |delta| = ")[1].split()[0])
     assert worst <= TOL64
-    assert sorted(p.name for p in out.iterdir()) == ["config.json", "model.safetensors", "preprocessor_config.json"]
+    assert sorted(p.name for p in out.iterdir()) == CONVERTED_FILES
     assert json.loads((out / "config.json").read_text())["num_res_blocks"] == "2+1+1+1"
     assert set(load_file(out / "model.safetensors")) == set(mapping.convert_state_dict(tiny)[0])
     processor = AutoImageProcessor.from_pretrained(out)

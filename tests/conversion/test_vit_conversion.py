@@ -130,7 +130,9 @@ def test_on_disk_conversion_cli_with_verification(hf_vit_dir, tmp_path, repo_roo
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "verified: max |delta| = " in result.stdout
-    assert sorted(p.name for p in out.iterdir()) == ["config.json", "model.safetensors", "preprocessor_config.json"]
+    assert sorted(p.name for p in out.iterdir()) == [
+        "config.json", "model.safetensors", "preprocessor_config.json", "xcv_vit.py"  # (its remote code)
+    ]  # fmt: skip
     assert json.loads((out / "config.json").read_text())["model_type"] == "xcv_vit"
     # the converted folder is a native hf_xcv checkpoint: loads through the Auto classes, processor included
     model = transformers.AutoModelForImageClassification.from_pretrained(out)

@@ -16,7 +16,7 @@ from helpers import REPO_ROOT
 PACKAGE = REPO_ROOT / "hf_xcv"
 
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("foundation", ("hf_xcv.utils", "hf_xcv.version", "hf_xcv.registry")),
+    ("foundation", ("hf_xcv.utils", "hf_xcv.version", "hf_xcv.registry", "hf_xcv.remote_code")),
     ("building blocks", ("hf_xcv.layers", "hf_xcv.processing", "hf_xcv.integrations")),
     ("attention", ("hf_xcv.attention",)),
     ("conversion mappings", ("hf_xcv.conversion",)),

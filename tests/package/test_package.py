@@ -82,11 +82,20 @@ print(json.dumps({{"class": type(model).__name__, "logits": logits.tolist()}}))
 
 
 def test_without_importing_hf_xcv_transformers_does_not_know_the_type(tmp_path, subprocess_env):
+    """A saved folder then loads only by its remote code (hf_xcv.remote_code), which transformers runs only when
+    asked to."""
     hf_xcv.ViTConfig().save_pretrained(tmp_path)
     result = run_python(
-        f'from transformers import AutoConfig; AutoConfig.from_pretrained("{tmp_path}")', subprocess_env
+        f"""
+        import os, sys
+        sys.stdin = open(os.devnull)  # (on a terminal, transformers asks whether to run the folder's code)
+        from transformers import CONFIG_MAPPING, AutoConfig
+        assert "xcv_vit" not in CONFIG_MAPPING
+        AutoConfig.from_pretrained("{tmp_path}")
+        """,
+        subprocess_env,
     )
-    assert result.returncode != 0 and "xcv_vit" in result.stderr
+    assert result.returncode != 0 and "pass the argument `trust_remote_code=True`" in result.stderr
 
 
 def test_torch_requirement_admits_the_cpu_build_ci_installs():

@@ -19,6 +19,8 @@ ENTRY = register_model_type(
         presets=PRESETS,
         conversion_formats=("ipt",),
         recipe=RECIPE,
+        # transformers 5 has no "image-to-image" task of its own: saved configs name hf_xcv's pipeline for it
+        pipelines={"image-to-image": "hf_xcv.pipelines.ImageRestorationPipeline"},
     )
 )
 

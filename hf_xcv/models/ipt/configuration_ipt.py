@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import math
 from typing import Any
 
@@ -14,11 +13,6 @@ from ...utils.checks import check_bool, check_int, check_positive_float, check_p
 # never padded (every tile is whole).
 IPT_ATTENTION_REQUESTS = {"grid_available": True}
 DIV2K_MEAN = (0.4488, 0.4371, 0.4040)  # the official MeanShift's RGB mean (std 1)
-# transformers 5 removed its "image-to-image" pipeline task; a saved config naming it as a custom pipeline lets
-# ``transformers.pipeline("image-to-image", model=folder, pipeline_class=hf_xcv.ImageRestorationPipeline)`` load.
-IMAGE_TO_IMAGE_PIPELINE = {
-    "image-to-image": {"impl": "hf_xcv.pipelines.ImageRestorationPipeline", "pt": ["AutoModelForImageToImage"]}
-}
 
 
 class IPTConfig(XcvConfig):
@@ -110,8 +104,6 @@ class IPTConfig(XcvConfig):
         if self.intermediate_size is None and isinstance(self.hidden_size, int):
             self.intermediate_size = 4 * self.hidden_size
         super().__post_init__(**kwargs)
-        if not getattr(self, "custom_pipelines", None):
-            self.custom_pipelines = copy.deepcopy(IMAGE_TO_IMAGE_PIPELINE)
 
     @property
     def hidden_size(self) -> int:

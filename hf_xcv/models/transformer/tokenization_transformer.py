@@ -27,6 +27,8 @@ from collections.abc import Iterable
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 from transformers import TokenizersBackend
 
+from ...remote_code import RemoteCodeMixin
+
 PAD_TOKEN, BOS_TOKEN, EOS_TOKEN, UNK_TOKEN = "<pad>", "<s>", "</s>", "<unk>"
 SPECIAL_TOKENS = (PAD_TOKEN, BOS_TOKEN, EOS_TOKEN, UNK_TOKEN)  # ids 0..3
 BYTE_TOKENS = tuple(f"<0x{value:02X}>" for value in range(256))  # ids 4..259
@@ -39,7 +41,7 @@ _SPACE = "\u2581"  # ▁, SentencePiece's visible space
 _RESERVED_CHARS = sorted(set("".join(SPECIAL_TOKENS + BYTE_TOKENS)))
 
 
-class TransformerTokenizerFast(TokenizersBackend):
+class TransformerTokenizerFast(RemoteCodeMixin, TokenizersBackend):
     """Fast tokenizer of :class:`~hf_xcv.TransformerConfig` models, built by :func:`train_tokenizer`.
 
     A ``tokenizers`` backend with byte fallback (see the module docstring for the vocabulary layout and the round

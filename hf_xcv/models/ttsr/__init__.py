@@ -25,6 +25,8 @@ ENTRY = register_model_type(
         presets=PRESETS,
         conversion_formats=("ttsr",),
         recipe=RECIPE,
+        # transformers 5 has no "image-to-image" task of its own: saved configs name hf_xcv's pipeline for it
+        pipelines={"image-to-image": "hf_xcv.pipelines.ImageRestorationPipeline"},
         card_fields=(
             "num_res_blocks", "n_feats", "res_scale", "texture_channels", "upscale", "relevance_chunk_size",
             "attention_type",

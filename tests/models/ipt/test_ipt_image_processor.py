@@ -126,6 +126,7 @@ def test_saves_its_settings_only_and_reloads(tmp_path):
     processor = IPTImageProcessor(rgb_range=1, do_convert_rgb=False)
     processor.save_pretrained(tmp_path)
     saved = json.loads((tmp_path / "preprocessor_config.json").read_text())
+    assert saved.pop("auto_map") == {"AutoImageProcessor": "xcv_ipt.IPTImageProcessor"}  # (hf_xcv.remote_code)
     assert saved == {"image_processor_type": "IPTImageProcessor", "rgb_range": 1, "do_convert_rgb": False}
     loaded = IPTImageProcessor.from_pretrained(tmp_path)
     assert type(loaded) is IPTImageProcessor and loaded.to_dict() == processor.to_dict()

@@ -5,8 +5,6 @@ this pipeline through ``pipeline_class`` and the config's ``custom_pipelines`` e
 
 from __future__ import annotations
 
-import copy
-
 import numpy as np
 import PIL.Image
 import pytest
@@ -16,10 +14,6 @@ from transformers import AutoImageProcessor, AutoModelForImageToImage
 
 import hf_xcv
 from hf_xcv.pipelines import ImageRestorationPipeline
-
-CUSTOM_PIPELINES = {
-    "image-to-image": {"impl": "hf_xcv.pipelines.ImageRestorationPipeline", "pt": ["AutoModelForImageToImage"]}
-}
 
 
 def random_image(height: int, width: int, seed: int = 0) -> PIL.Image.Image:
@@ -129,10 +123,7 @@ def test_a_processor_for_another_value_range_or_model_is_refused(ipt):
 
 def test_a_saved_folder_loads_through_the_auto_classes_and_through_transformers_pipeline(ipt, tmp_path):
     model, processor = ipt
-    if not getattr(model.config, "custom_pipelines", None):  # the entry IPT configs are to save (see the module doc)
-        model = copy.deepcopy(model)
-        model.config.custom_pipelines = CUSTOM_PIPELINES
-    model.save_pretrained(tmp_path)
+    model.save_pretrained(tmp_path)  # its config names the pipeline (the family entry's; hf_xcv.remote_code)
     processor.save_pretrained(tmp_path)
     image = random_image(18, 14)
     expected = by_hand(model, processor, image, task="sr_x2")
