@@ -51,7 +51,7 @@ from .conversion import (
     split_hub_kwargs,
 )
 from .layers import SinusoidalPositionEmbedding, check_pixel_tensor, sinusoidal_table
-from .model_card import default_model_card
+from .model_card import card_to_push, card_to_save, loaded_checkpoint
 from .registry import convertible_sources, find_converter
 
 logger = logging.getLogger(__name__)
@@ -165,9 +165,16 @@ class XcvPreTrainedModel(PreTrainedModel):
             raise
         model._resample_mismatched(info, path, shown, hub_kwargs)
         model._check_loading_info(info, path, shown, hub_kwargs, new_heads)
-        # What a card may name as base_model: a Hub repo, never a local folder (judged now, where it exists)
-        model._hub_source = None if shown is None or os.path.exists(shown) else str(shown)
+        # What the model's cards may take from its source: its card, whether it is a Hub repo (judged now, where a
+        # local folder exists) and the model as loaded (hf_xcv.model_card)
+        model._loaded_from = loaded_checkpoint(model, shown, **hub_kwargs)
         return (model, info) if want_info else model
+
+    @classmethod
+    def register_for_auto_class(cls, auto_class: Any = "AutoModel") -> None:
+        """Nothing to register: the config's save writes the remote code (:mod:`hf_xcv.remote_code`). transformers
+        calls this on a class it loaded by remote code; its own registration would make the next save copy hf_xcv's
+        source file."""
 
     def _initialize_weights(self, module: nn.Module, is_custom_code: bool = False) -> None:
         # An attention core's own tensors (random features, identity projections, ...) are not what a model's
@@ -178,28 +185,30 @@ class XcvPreTrainedModel(PreTrainedModel):
 
     def save_pretrained(self, save_directory: str | os.PathLike, *args: Any, **kwargs: Any) -> Any:
         """transformers' ``save_pretrained``, and a model card (README.md) where the folder has none: it names
-        hf_xcv as the library, says how to install and load the model, and what it was fine-tuned from."""
+        hf_xcv as the library, says how to install and load the model, and what it was fine-tuned from. Saved back
+        into the folder it was loaded from after changing, the model's card replaces that folder's (unless edited
+        since): its results were of the weights this save replaces (:func:`hf_xcv.model_card.card_to_save`)."""
         result = super().save_pretrained(save_directory, *args, **kwargs)
-        card = os.path.join(save_directory, "README.md")
-        if kwargs.get("is_main_process", True) and not os.path.exists(card):
-            self._default_model_card(os.path.basename(os.path.normpath(save_directory))).save(card)
+        if kwargs.get("is_main_process", True):
+            card = card_to_save(self, save_directory, getattr(self, "_loaded_from", None))
+            if card is not None:
+                card.save(os.path.join(save_directory, "README.md"))
         return result
 
     def push_to_hub(self, repo_id: str, *args: Any, **kwargs: Any) -> Any:
-        """transformers' ``push_to_hub``. A repo without a card gets hf_xcv's first: transformers would put its
-        generic card there ("a transformers model"), and it keeps and tags an existing one."""
+        """transformers' ``push_to_hub``, hf_xcv's card first (:func:`hf_xcv.model_card.card_to_push`): a repo without
+        one gets it (transformers would put its generic card there, and it keeps and tags an existing one), and so
+        does the repo the model was loaded from when the model has changed since and its card is still hf_xcv's
+        card of the weights this push replaces."""
         from huggingface_hub import HfApi
 
-        token = kwargs.get("token")
+        token, revision = kwargs.get("token"), kwargs.get("revision")
         api = HfApi(token=token)
         repo_id = api.create_repo(repo_id, private=kwargs.get("private"), exist_ok=True).repo_id
-        if not api.file_exists(repo_id, "README.md", revision=kwargs.get("revision")):
-            self._default_model_card(repo_id).push_to_hub(repo_id, token=token, revision=kwargs.get("revision"))
+        card = card_to_push(self, repo_id, getattr(self, "_loaded_from", None), api, revision)
+        if card is not None:
+            card.push_to_hub(repo_id, token=token, revision=revision)
         return super().push_to_hub(repo_id, *args, **kwargs)
-
-    def _default_model_card(self, repo_id: str) -> Any:
-        source = getattr(self, "_hub_source", None)  # set by from_pretrained
-        return default_model_card(self, repo_id, base_model=source if source != repo_id else None)
 
     def __init__(self, config, *inputs: Any, **kwargs: Any):
         super().__init__(config, *inputs, **kwargs)

@@ -351,11 +351,18 @@ def train_loop(
     return state, False
 
 
-def card_hyperparameters(args: RunArguments, world_size: int, left_out: Sequence[str] = ()) -> dict[str, Any]:
-    """The training arguments worth a line of the model card (``left_out``: those that do not apply to the run)."""
-    skipped = ("output_dir", "hub_model_id", "push_to_hub", *left_out)
-    hyper = {k: v for k, v in asdict(args).items() if k not in skipped}
-    hyper["world_size"] = world_size
+def card_hyperparameters(args: RunArguments, results: dict[str, Any], left_out: Sequence[str] = ()) -> dict[str, Any]:
+    """The training arguments worth a line of the model card, as the run used them (``left_out``: those that do not
+    apply to the run), and how long it ran (``results``' ``completed_steps`` and ``epochs``).
+
+    The run's length is what bounded it: ``max_train_steps`` when given (which overrides the epochs, so
+    ``num_train_epochs`` is left out: a 60-step run was no 50-epoch run), else ``num_train_epochs``.
+    """
+    by_steps = bool(args.max_train_steps)  # count_total_steps' rule
+    skipped = ("output_dir", "hub_model_id", "push_to_hub", "num_train_epochs" if by_steps else "max_train_steps")
+    hyper = {k: v for k, v in asdict(args).items() if k not in (*skipped, *left_out)}
+    hyper |= {key: results[key] for key in ("completed_steps", "epochs") if key in results}
+    hyper["world_size"] = results["world_size"]
     return hyper
 
 
@@ -391,7 +398,7 @@ def run_model_card(
     return build_model_card(
         template, model, repo_id=args.hub_model_id or Path(args.output_dir).name, dataset_id=dataset_id,
         results=[MeasuredResult(metric, value, split) for metric, value in metrics.items()],
-        hyperparameters=card_hyperparameters(args, results["world_size"], left_out),
+        hyperparameters=card_hyperparameters(args, results, left_out),
         command=script_command(f"hf-xcv-train {task}", argv), base_model=base_model,
         dataset_on_hub=not own and hub_id(dataset) is not None, **card_kwargs,
     )  # fmt: skip
@@ -443,11 +450,13 @@ def finish(
         card_for: ``card_for(model, results=results)`` -> the model card.
 
     Returns:
-        ``results``: each split's scores, ``world_size`` and ``completed_steps`` (also in all_results.json).
+        ``results``: each split's scores, ``world_size``, ``completed_steps`` and ``epochs`` (the epochs run, a
+        fraction where the steps ended one part-way; also in all_results.json).
     """
     acc, out = parts.accelerator, Path(args.output_dir)
     results = {split: score() for split, score in scores.items()}
-    results |= {"world_size": acc.num_processes, "completed_steps": state.completed_steps}
+    epochs = state.epoch + state.batches_in_epoch / len(parts.train_dl)
+    results |= {"world_size": acc.num_processes, "completed_steps": state.completed_steps, "epochs": round(epochs, 4)}
     acc.print(json.dumps(results, indent=2, ensure_ascii=False))
     save_final(acc, parts.model, components, out, results, lambda model: card_for(model, results=results))
     acc.wait_for_everyone()

@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 
+import huggingface_hub
 import numpy as np
 import PIL.Image
 import pytest
@@ -15,7 +16,7 @@ from helpers import run_python
 from huggingface_hub import HfApi, ModelCard
 
 import hf_xcv
-from hf_xcv.training import TEMPLATES, MeasuredResult, build_model_card, push_folder_to_hub
+from hf_xcv.training import TEMPLATES, MeasuredResult, build_model_card, push_folder_to_hub, write_model_card
 
 TEMPLATE = TEMPLATES / "image_classification.md"
 
@@ -144,6 +145,88 @@ def test_push_to_hub_writes_hf_xcvs_card_and_a_fine_tuned_save_names_its_base_mo
     card.push_to_hub(repo)
     model.push_to_hub(repo)
     assert ModelCard.load(repo).data.license == "mit"
+    copy = hf_xcv.ViTForImageClassification.from_pretrained(repo)
+    copy.save_pretrained(tmp_path / "copy")  # the same weights: the repo's card describes them, and is kept
+    assert ModelCard.load(tmp_path / "copy" / "README.md").data.license == "mit"
     fine_tuned = hf_xcv.ViTForImageClassification.from_pretrained(repo)
-    fine_tuned.save_pretrained(tmp_path)
-    assert ModelCard.load(tmp_path / "README.md").data.base_model == repo
+    with torch.no_grad():
+        fine_tuned.classifier.weight.add_(0.1)
+    fine_tuned.save_pretrained(tmp_path / "fine-tuned")
+    assert ModelCard.load(tmp_path / "fine-tuned" / "README.md").data.base_model == repo
+
+
+@pytest.fixture
+def trained_folder(trained_pair, tmp_path):
+    """A folder as a training script leaves it: model, processor, and a card with measured results, a license, a
+    Hub dataset and a base model, made where another Hub was configured."""
+    model, processor = trained_pair
+    folder = tmp_path / "run"
+    model.save_pretrained(folder)
+    processor.save_pretrained(folder)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(huggingface_hub.constants, "ENDPOINT", "https://elsewhere.example")
+        card = build_model_card(
+            TEMPLATE, model, repo_id="run", dataset_id="testuser/toy", dataset_name="toy", license="mit",
+            results=[MeasuredResult("accuracy", 0.75, "test")], hyperparameters={"max_train_steps": 60},
+            command="pytest", base_model="testuser/vit-base", dataset_on_hub=True,
+        )  # fmt: skip
+    assert "](https://elsewhere.example/testuser/vit-base)" in card.text
+    write_model_card(card, folder)
+    return folder
+
+
+def eval_results(repo: str) -> list[tuple[str, float]]:
+    return [(r.metric_type, r.metric_value) for r in HfApi().model_info(repo).card_data.eval_results or ()]
+
+
+def test_push_after_loading_a_trained_folder_keeps_its_card_pointed_at_the_repo(trained_folder, hub_endpoint):
+    repo = "testuser/vit-trained"
+    hf_xcv.ViTForImageClassification.from_pretrained(trained_folder).push_to_hub(repo)
+    assert eval_results(repo) == [("accuracy", 0.75)]
+    card = ModelCard.load(repo)
+    assert card.data.license == "mit" and card.data.datasets == ["testuser/toy"]
+    assert "| max_train_steps | 60 |" in card.text and "| test | accuracy | 0.7500 |" in card.text
+    assert f'from_pretrained("{repo}")' in card.text and 'from_pretrained("run")' not in card.text
+    assert f"--input {repo} --output vit-trained-transformers" in card.text
+    assert f"]({hub_endpoint}/testuser/vit-base)" in card.text  # the Hub it was pushed to
+    assert "elsewhere.example" not in card.text and "huggingface.co" not in card.text
+
+
+def test_a_changed_model_keeps_its_sources_results_out_of_its_model_index(trained_folder, hub_endpoint):
+    """Fine-tuned after loading, a model's card names where it came from and shows that checkpoint's results under
+    their own heading; pushed back to the repo it came from, it replaces that repo's card of the old weights."""
+    repo = "testuser/vit-trained-source"
+    hf_xcv.ViTForImageClassification.from_pretrained(trained_folder).push_to_hub(repo)
+    model = hf_xcv.ViTForImageClassification.from_pretrained(repo)
+    with torch.no_grad():
+        model.classifier.bias.add_(0.1)
+    model.push_to_hub("testuser/vit-trained-further")
+    card = ModelCard.load("testuser/vit-trained-further")
+    assert eval_results("testuser/vit-trained-further") == [] and card.data.base_model == repo
+    assert card.data.license == "mit" and card.data.datasets == ["testuser/toy"]
+    assert "## Results of the checkpoint it was loaded from" in card.text
+    assert "| toy | test | accuracy | 0.7500 |" in card.text
+    assert f"[{repo}]({hub_endpoint}/{repo})" in card.text and "huggingface.co" not in card.text
+    model.push_to_hub(repo)
+    assert eval_results(repo) == [] and "an earlier version of this repository" in ModelCard.load(repo).text
+
+
+def test_saving_a_changed_model_back_into_its_folder_replaces_the_card_of_the_old_weights(trained_folder):
+    """Loaded from a trained folder, trained further and saved back there: the folder's card no longer claims its
+    results for the new weights (they stay, under their own heading); unchanged, or a card edited since, is kept."""
+    card_before = (trained_folder / "README.md").read_text()
+    model = hf_xcv.ViTForImageClassification.from_pretrained(trained_folder)
+    model.save_pretrained(trained_folder)  # unchanged: the card still describes these weights
+    assert (trained_folder / "README.md").read_text() == card_before
+    with torch.no_grad():
+        model.classifier.bias.add_(0.1)
+    model.save_pretrained(trained_folder)
+    card = ModelCard.load(trained_folder / "README.md")
+    assert card.data.eval_results is None and card.data.license == "mit"
+    assert "## Results of the checkpoint it was loaded from" in card.text and "| 0.7500 |" in card.text
+    edited = hf_xcv.ViTForImageClassification.from_pretrained(trained_folder)
+    (trained_folder / "README.md").write_text(card.content + "\nA note by hand.\n")
+    with torch.no_grad():
+        edited.classifier.bias.add_(0.1)
+    edited.save_pretrained(trained_folder)
+    assert "A note by hand." in (trained_folder / "README.md").read_text()

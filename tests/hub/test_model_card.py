@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import pytest
+import yaml
 from huggingface_hub import ModelCard
 from huggingface_hub.repocard_data import model_index_to_eval_results
 
 import hf_xcv
-from hf_xcv.model_card import dataset_label, quoted
+from hf_xcv.model_card import USE_WITHOUT_BEGIN, USE_WITHOUT_END, dataset_label, quoted, use_without_section
+from hf_xcv.registry import exported_types
 from hf_xcv.training import TEMPLATES, MeasuredResult, build_model_card, write_model_card
 
 
@@ -116,3 +118,57 @@ def test_a_model_loaded_from_a_local_folder_names_no_base_model_even_from_elsewh
 def test_a_local_dataset_is_named_by_its_folder_in_the_card():
     assert dataset_label("/home/someone/private/shapes/") == "shapes"
     assert dataset_label("someone/flowers") == "someone/flowers"
+
+
+def test_use_without_hf_xcv_for_an_exported_type_shows_the_export_and_the_remote_code(model, tmp_path):
+    assert model.config.model_type in exported_types()
+    section = use_without_section(model, "someone/vit-digits")
+    assert section.startswith(USE_WITHOUT_BEGIN) and section.endswith(USE_WITHOUT_END)
+    assert "## Use without hf_xcv" in section
+    export = "hf-xcv-convert to-transformers --input someone/vit-digits --output vit-digits-transformers --verify"
+    assert export in section
+    assert 'AutoModelForImageClassification.from_pretrained("vit-digits-transformers")' in section
+    assert 'AutoModelForImageClassification.from_pretrained("someone/vit-digits", trust_remote_code=True)' in section
+    assert "pip install hf_xcv" in section
+    model.save_pretrained(tmp_path / "saved")  # every card has the section
+    assert 'from_pretrained("saved", trust_remote_code=True)' in (tmp_path / "saved" / "README.md").read_text()
+
+
+def test_use_without_hf_xcv_says_why_the_exporter_refuses_a_config():
+    model = hf_xcv.ViTForImageClassification(hf_xcv.preset_config("vit-test-tiny", pooling="mean"))
+    section = use_without_section(model, "a/b")
+    assert "refuses it" in section and "pooling" in section and "--output" not in section
+    assert 'AutoModelForImageClassification.from_pretrained("a/b", trust_remote_code=True)' in section
+
+
+def test_use_without_hf_xcv_for_a_type_transformers_lacks_shows_the_remote_code_only():
+    presets = hf_xcv.PRESETS
+    name = next(n for n, p in presets.items() if n.endswith("-test-tiny") and p.model_type not in exported_types())
+    entry = hf_xcv.MODEL_TYPES[presets[name].model_type]
+    model = entry.base_model(hf_xcv.preset_config(name))
+    section = use_without_section(model, "a/b")
+    assert "hf-xcv-convert to-transformers --input" not in section and "transformers has no architecture" in section
+    assert 'AutoModel.from_pretrained("a/b", trust_remote_code=True)' in section
+
+
+def test_every_card_template_has_the_use_without_hf_xcv_section():
+    templates = [path for path in TEMPLATES.glob("*.md") if path.name != "use_without_hf_xcv.md"]
+    assert len(templates) >= 6 and all("{{ use_without }}" in path.read_text() for path in templates)
+
+
+def test_a_card_hf_xcv_did_not_write_gives_its_results_to_hf_xcvs_card_while_the_model_is_unchanged(model, tmp_path):
+    model.save_pretrained(tmp_path / "theirs")
+    results = [{"task": {"type": "image-classification"}, "dataset": {"name": "digits", "type": "digits"},
+                "metrics": [{"type": "accuracy", "value": 0.9}]}]  # fmt: skip
+    metadata = {"license": "mit", "model-index": [{"name": "theirs", "results": results}]}
+    (tmp_path / "theirs" / "README.md").write_text(f"---\n{yaml.safe_dump(metadata)}---\n\nSomeone's own card.\n")
+    loaded = type(model).from_pretrained(tmp_path / "theirs")
+    loaded.save_pretrained(tmp_path / "same")
+    card = ModelCard.load(tmp_path / "same" / "README.md")
+    assert card.data.library_name == "hf_xcv" and card.data.license == "mit" and "Someone's" not in card.text
+    assert [(r.metric_type, r.metric_value) for r in card.data.eval_results] == [("accuracy", 0.9)]
+    assert "## Results\n" in card.text and "`theirs`" in card.text
+    loaded.half()  # another dtype: no longer the measured model
+    loaded.save_pretrained(tmp_path / "half")
+    card = ModelCard.load(tmp_path / "half" / "README.md")
+    assert card.data.eval_results is None and "## Results of the checkpoint it was loaded from" in card.text

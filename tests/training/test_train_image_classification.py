@@ -50,6 +50,8 @@ def test_a_run_leaves_a_hub_ready_folder_with_a_model_card(finished_run):
     metrics = {m["type"]: m["value"] for m in meta["model-index"][0]["results"][0]["metrics"]}
     assert metrics["accuracy"] == pytest.approx(results["test"]["accuracy"])
     assert metrics["top5_accuracy"] == pytest.approx(results["test"]["top5_accuracy"])
+    assert results["epochs"] == 1.25  # 10 steps of 8 batches an epoch
+    assert "| max_train_steps | 10 |" in card and "| epochs | 1.25 |" in card and "num_train_epochs" not in card
     checkpoints = finished_run / "checkpoints"
     assert (checkpoints / "LATEST").read_text().strip() == "step-00000008"
     assert sorted(p.name for p in checkpoints.iterdir() if p.is_dir()) == ["step-00000004", "step-00000008"]

@@ -46,8 +46,12 @@ def test_a_run_leaves_a_hub_ready_folder_with_map_in_its_card_and_pictures(finis
     results = json.loads((finished_run / "all_results.json").read_text())
     assert results["completed_steps"] == 4 and results["test"]["num_images"] == 200
     assert 0 <= results["test"]["map"] <= 1 and "map_50" in results["validation"]
-    meta = yaml.safe_load((finished_run / "README.md").read_text().split("---")[1])
+    card = (finished_run / "README.md").read_text()
+    meta = yaml.safe_load(card.split("---")[1])
     assert meta["pipeline_tag"] == "object-detection"
+    assert results["epochs"] == pytest.approx(4 / 3, abs=1e-4)  # 4 steps of 3 batches an epoch, not the recipe's 50
+    assert f"| epochs | {results['epochs']} |" in card and "| max_train_steps | 4 |" in card
+    assert "num_train_epochs" not in card
     metrics = {m["type"]: m["value"] for m in meta["model-index"][0]["results"][0]["metrics"]}
     assert metrics["map"] == pytest.approx(results["test"]["map"])
     processor = json.loads((finished_run / "preprocessor_config.json").read_text())

@@ -17,6 +17,7 @@ from hf_xcv.training.runner import (
     RunArguments,
     build_accelerator,
     build_scheduler,
+    card_hyperparameters,
     count_total_steps,
     parse_overrides,
     prepare_run,
@@ -52,6 +53,17 @@ def test_overrides_parse_pairs_and_json():
     assert parse_overrides(None) == {}
     with pytest.raises(ValueError, match="key=value"):
         parse_overrides("dropout")
+
+
+def test_the_card_records_what_bounded_the_run_and_how_long_it_ran():
+    """max_train_steps overrides the epochs: a 60-step run's card shows no num_train_epochs of 50, but the steps and
+    the epochs it ran."""
+    args = RunArguments(output_dir="run", num_train_epochs=50, max_train_steps=60)
+    hyper = card_hyperparameters(args, {"world_size": 2, "completed_steps": 60, "epochs": 7.5})
+    assert "num_train_epochs" not in hyper and "output_dir" not in hyper
+    assert [hyper[k] for k in ("max_train_steps", "completed_steps", "epochs", "world_size")] == [60, 60, 7.5, 2]
+    hyper = card_hyperparameters(RunArguments(output_dir="run", num_train_epochs=3), {"world_size": 1, "epochs": 3.0})
+    assert hyper["num_train_epochs"] == 3 and hyper["epochs"] == 3.0 and "max_train_steps" not in hyper
 
 
 def test_step_seeds_differ_per_micro_batch_and_process():
