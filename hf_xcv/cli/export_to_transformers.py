@@ -2,11 +2,14 @@
 
     hf-xcv-convert to-transformers --input runs/digits --output digits-for-transformers [--verify]
 
-ViT becomes transformers' ``vit`` (``ViTForImageClassification`` / ``ViTModel``, with its image processor), a
-Marian-compatible Transformer (post-LN, half-sin/half-cos positions, full attention) becomes ``marian``
-(``MarianMTModel`` / ``MarianModel``, with its tokenizer and generation config); anything transformers has no
-equivalent for is refused by name. ``--verify`` runs hf_xcv's model on the input and transformers' on the
-output with the same random input, and deletes the output again when they differ by more than ``--tolerance``.
+Every type transformers has the architecture of: ViT becomes transformers' ``vit``, Swin ``swin`` (classifier, bare
+model, backbone), DETR ``detr`` and Deformable DETR ``deformable_detr`` (base, box refinement, two-stage; ResNet or
+Swin backbones), each with its image processor as transformers' own class; a Marian-compatible Transformer (post-LN,
+half-sin/half-cos positions, full attention) becomes ``marian``, with its tokenizer and generation config. Anything
+transformers has no equivalent for (an X-former attention, a window transformers' Swin cannot take, DC5) is refused
+by name before anything is written. ``--verify`` runs hf_xcv's model on the input and transformers' on the output
+with the same random input, and deletes the output again when their outputs (logits, boxes, hidden states, feature
+maps) differ by more than ``--tolerance``.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import hf_xcv  # noqa: F401  (registers the hf_xcv types for AutoModel)
 from hf_xcv import MODEL_TYPES
 from hf_xcv.conversion.export import export_checkpoint
 
-from .conversion import check_deltas, sample_inputs
+from .conversion import check_deltas, output_deltas, sample_inputs
 
 
 def verify(source: str, exported: str, tolerance: float) -> float:
@@ -33,7 +36,8 @@ def verify(source: str, exported: str, tolerance: float) -> float:
     inputs = sample_inputs(ours)
     with torch.no_grad():
         a, b = ours(**inputs, return_dict=True), theirs(**inputs, return_dict=True)
-    return check_deltas({"first output": (a[0] - b[0]).abs().max().item()}, tolerance)
+    deltas = output_deltas(a, b) or {"first output": (a[0] - b[0]).abs().max().item()}
+    return check_deltas(deltas, tolerance)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -29,7 +29,17 @@ from typing import Any
 import torch
 
 from .checkpoint_io import load_pth_state_dict
-from .detection import DETECTOR_FIELDS, detection_config, official_transformer_sizes
+from .detection import (
+    DETECTOR_FIELDS,
+    UNREAD_BACKBONE_WEIGHTS,
+    detection_config,
+    export_detection_config,
+    official_transformer_sizes,
+    rename_swin_backbone,
+    swin_backbone_config,
+)
+from .detection import export_processor as export_processor  # the exporter's processor mapping
+from .inverse import invert_import
 from .resnet import official_resnet, rename_backbone, resnet_config
 from .rules import Rule, count_indices, name_numbered_norms, rename_keys, required_shape, split_in_proj
 
@@ -74,6 +84,8 @@ def _backbone_config(source: dict[str, Any]) -> dict[str, Any]:
     backbone = source.get("backbone_config")
     if isinstance(backbone, dict) and backbone.get("model_type") == "resnet":
         return backbone
+    if isinstance(backbone, dict) and backbone.get("model_type") == "swin":
+        return swin_backbone_config(backbone)
     channels = source.get("num_channels", 3)
     if isinstance(backbone, dict) and backbone.get("model_type") == "timm_backbone":
         config = resnet_config(backbone.get("backbone") or "resnet50", channels)
@@ -91,9 +103,7 @@ def _backbone_config(source: dict[str, Any]) -> dict[str, Any]:
 def convert_config(source: dict[str, Any]) -> dict[str, Any]:
     """transformers DeformableDetrConfig dict -> hf_xcv DeformableDetrConfig dict (architecture only)."""
     backbone = _backbone_config(source) if source.get("model_type") == SOURCE_MODEL_TYPE else {}
-    return detection_config(
-        source, SOURCE_MODEL_TYPE, TARGET_MODEL_TYPE, ARCHITECTURE_FIELDS, _ARCHITECTURES, backbone
-    )
+    return detection_config(source, SOURCE_MODEL_TYPE, TARGET_MODEL_TYPE, ARCHITECTURE_FIELDS, _ARCHITECTURES, backbone)
 
 
 _Slot = tuple[str, int, str]  # (class_embed | bbox_embed, head index, rest of the name)
@@ -201,12 +211,13 @@ def convert_state_dict(
 ) -> tuple[dict[str, torch.Tensor], list[str]]:
     """transformers Deformable DETR state dict (on-disk or in-memory names, ResNet or timm backbone) of the
     transformers ``config`` (dict) -> hf_xcv's, and the keys deliberately dropped."""
-    moved = rename_backbone(state_dict, _P + r"backbone\.(?:conv_encoder\.)?model\.", r"\1backbone.model.")
+    swin_named, swin_dropped = rename_swin_backbone(state_dict)
+    moved = rename_backbone(swin_named, _P + r"backbone\.(?:conv_encoder\.)?model\.", r"\1backbone.model.")
     # transformers ties its class heads where the config says so, except the two-stage model's
     tied = config.get("tie_word_embeddings", True) and not config.get("two_stage", False)
     merged, copies = merge_heads(moved, r"(?:model\.)?decoder\.", num_heads_of(config), tied)
     renamed, dropped = rename_keys(merged, RULES, DROP)
-    return renamed, copies + dropped
+    return renamed, swin_dropped + copies + dropped
 
 
 def convert(
@@ -342,3 +353,51 @@ def load_official(path: str) -> dict[str, torch.Tensor]:
     released files also hold the training's ``args`` (an ``argparse.Namespace``), which is allowed to load."""
     with torch.serialization.safe_globals([argparse.Namespace]):
         return load_pth_state_dict(path)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# back to transformers' format: hf_xcv Deformable DETR -> transformers Deformable DETR
+# ----------------------------------------------------------------------------------------------------------
+
+EXPORTED_PROCESSOR_TYPE = "DeformableDetrImageProcessor"
+_EXPORT_ARCHITECTURES = {
+    "DeformableDetrForObjectDetection": "DeformableDetrForObjectDetection",
+    "DeformableDetrModel": "DeformableDetrModel",
+}
+_EXPORTED_RECIPE = (*_RECIPE_FIELDS, "class_loss_coefficient", "focal_alpha")
+
+
+def export_config(config: dict[str, Any]) -> dict[str, Any]:
+    """hf_xcv DeformableDetrConfig dict -> transformers DeformableDetrConfig dict (the base model, box refinement,
+    two-stage; its ResNet or Swin backbone built by transformers); a ValueError naming every setting transformers'
+    Deformable DETR has no equivalent for.
+
+    ``tie_word_embeddings`` is what makes transformers' heads hf_xcv's: True for the base model (one class and one
+    box head serve every decoder layer, as in the original), False with box refinement (transformers would otherwise
+    tie the class heads of all layers into one, where the original trains one per layer; the decoder's copies of the
+    heads are then written with the same weights)."""
+    fields = ARCHITECTURE_FIELDS + _EXPORTED_RECIPE
+    out, problems = export_detection_config(config, SOURCE_MODEL_TYPE, fields, _EXPORT_ARCHITECTURES)
+    attention = config.get("decoder_attention_type", config.get("attention_type", "full"))
+    if attention != "full" or config.get("decoder_attention_kwargs"):
+        problems.append(f"decoder_attention_type={attention!r} (transformers' decoder self-attention is full)")
+    if problems:
+        raise ValueError("this Deformable DETR cannot be written in transformers' format: " + "; ".join(problems))
+    out["tie_word_embeddings"] = not config.get("with_box_refine", False)
+    return out
+
+
+def export(
+    config: dict[str, Any], state_dict: dict[str, torch.Tensor]
+) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+    """hf_xcv Deformable DETR config and weights -> transformers' (the import of :func:`convert_state_dict`
+    inverted)."""
+    target = export_config(config)
+    import_keys = partial(convert_state_dict, config=target)
+    return target, invert_import(target, state_dict, import_keys, unused=UNREAD_BACKBONE_WEIGHTS, aliases=_head_alias)
+
+
+def _head_alias(key: str) -> str | None:
+    """The head a key of the decoder's copies of the heads (box refinement, two-stage) copies."""
+    match = re.fullmatch(r"model\.decoder\.((?:class_embed|bbox_embed)\..+)", key)
+    return match.group(1) if match else None

@@ -22,7 +22,17 @@ from typing import Any
 import torch
 
 from .checkpoint_io import load_pth_state_dict
-from .detection import DETECTOR_FIELDS, detection_config, official_transformer_sizes
+from .detection import (
+    DETECTOR_FIELDS,
+    UNREAD_BACKBONE_WEIGHTS,
+    detection_config,
+    export_detection_config,
+    official_transformer_sizes,
+    rename_swin_backbone,
+    swin_backbone_config,
+)
+from .detection import export_processor as export_processor  # the exporter's processor mapping
+from .inverse import invert_import
 from .resnet import official_resnet, rename_backbone, resnet_config
 from .rules import Rule, name_numbered_norms, rename_keys, required_shape, split_in_proj
 
@@ -38,6 +48,8 @@ def _backbone_config(source: dict[str, Any]) -> dict[str, Any]:
     backbone = source.get("backbone_config")
     if isinstance(backbone, dict) and backbone.get("model_type") == "resnet":
         return backbone
+    if isinstance(backbone, dict) and backbone.get("model_type") == "swin":
+        return swin_backbone_config(backbone)
     if isinstance(backbone, dict) and backbone.get("model_type") == "timm_backbone":
         return resnet_config(backbone.get("backbone") or "resnet50", source.get("num_channels", 3))
     if backbone is None and source.get("use_timm_backbone", True):
@@ -73,8 +85,10 @@ DROP = [r".*\.num_batches_tracked"]
 def convert_state_dict(state_dict: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], list[str]]:
     """transformers DETR state dict (on-disk or in-memory names, ResNet or timm backbone) -> hf_xcv's, and the
     keys deliberately dropped."""
-    moved = rename_backbone(state_dict, _P + r"backbone\.(?:conv_encoder\.)?model\.", r"\1backbone.model.")
-    return rename_keys(moved, RULES, DROP)
+    swin_named, swin_dropped = rename_swin_backbone(state_dict)
+    moved = rename_backbone(swin_named, _P + r"backbone\.(?:conv_encoder\.)?model\.", r"\1backbone.model.")
+    renamed, dropped = rename_keys(moved, RULES, DROP)
+    return renamed, swin_dropped + dropped
 
 
 def convert(
@@ -154,3 +168,36 @@ def load_official(path: str) -> dict[str, torch.Tensor]:
     if any(k.startswith("detr.") or k.startswith("mask_head.") for k in checkpoint):
         raise ValueError(f"{path} is a DETR panoptic-segmentation checkpoint; hf_xcv converts box detection only")
     return checkpoint
+
+
+# ----------------------------------------------------------------------------------------------------------
+# back to transformers' format: hf_xcv DETR -> transformers DETR
+# ----------------------------------------------------------------------------------------------------------
+
+EXPORTED_PROCESSOR_TYPE = "DetrImageProcessor"
+_EXPORT_ARCHITECTURES = {"DetrForObjectDetection": "DetrForObjectDetection", "DetrModel": "DetrModel"}
+
+
+def export_config(config: dict[str, Any]) -> dict[str, Any]:
+    """hf_xcv DetrConfig dict -> transformers DetrConfig dict (its ResNet or Swin backbone built by transformers); a
+    ValueError naming every setting transformers' DETR has no equivalent for.
+
+    ``auxiliary_loss`` is written as False: with it on, transformers' DETR decoder feeds every layer the normalised
+    output of the one before and normalises the last output twice, which the original (and hf_xcv) do not, so its
+    detections would change; without it they are the original's."""
+    out, problems = export_detection_config(config, SOURCE_MODEL_TYPE, ARCHITECTURE_FIELDS, _EXPORT_ARCHITECTURES)
+    out["auxiliary_loss"] = False
+    attention = config.get("encoder_attention_type", config.get("attention_type", "full"))
+    if attention != "full" or config.get("encoder_attention_kwargs"):
+        problems.append(f"encoder_attention_type={attention!r} (transformers' DETR encoder attends fully)")
+    if problems:
+        raise ValueError("this DETR cannot be written in transformers' format: " + "; ".join(problems))
+    return out
+
+
+def export(
+    config: dict[str, Any], state_dict: dict[str, torch.Tensor]
+) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+    """hf_xcv DETR config and weights -> transformers' (the import of :func:`convert_state_dict` inverted)."""
+    target = export_config(config)
+    return target, invert_import(target, state_dict, convert_state_dict, unused=UNREAD_BACKBONE_WEIGHTS)

@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from .checkpoint_io import load_pth_state_dict
+from .inverse import invert_import
 from .rules import Rule, rename_keys, required_shape
 
 SOURCE_MODEL_TYPE = "swin"
@@ -100,8 +101,21 @@ def convert_config(source: dict[str, Any]) -> dict[str, Any]:
 
 
 def convert_state_dict(state_dict: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], list[str]]:
-    """transformers Swin state dict (on-disk or in-memory names) -> hf_xcv's, and the keys deliberately dropped."""
-    return rename_keys(state_dict, RULES, DROP)
+    """transformers Swin state dict (on-disk or in-memory names) -> hf_xcv's, and the keys deliberately dropped. A
+    backbone's (``hidden_states_norms``) body is under ``swin.``, as transformers holds it in memory and hf_xcv's
+    ``SwinBackbone`` names it; transformers writes it without the prefix."""
+    renamed, dropped = rename_keys(state_dict, RULES, DROP)
+    if any(key.startswith("hidden_states_norms.") for key in renamed):
+        renamed = {backbone_key(key): value for key, value in renamed.items()}
+        unused = [key for key in renamed if key.startswith("swin.layernorm.")]  # its forward never reads them
+        renamed = {key: value for key, value in renamed.items() if key not in unused}
+        dropped += unused
+    return renamed, dropped
+
+
+def backbone_key(key: str) -> str:
+    """A Swin backbone's key under hf_xcv's names: its body (embeddings, encoder, final norm) under ``swin.``."""
+    return f"swin.{key}" if re.match(r"(embeddings|encoder|layernorm)\.", key) else key
 
 
 def convert(
@@ -214,3 +228,85 @@ def convert_official(
 def load_official(path: str) -> dict[str, torch.Tensor]:
     """The state dict of an original ``.pth`` (under ``"model"``, or bare), read with ``weights_only=True``."""
     return load_pth_state_dict(path)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# back to transformers' format: hf_xcv Swin -> transformers Swin
+# ----------------------------------------------------------------------------------------------------------
+
+EXPORTED_PROCESSOR_TYPE = "ViTImageProcessor"  # what transformers' own Swin repos name (resize, crop, normalise)
+_WINDOW_ATTENTION = "shifted_window"
+# transformers' SwinBackbone wraps a whole SwinModel, whose final norm its forward never reads (hf_xcv's has none).
+_UNUSED_BY_THE_BACKBONE = (r"swin\.layernorm\.(weight|bias)",)
+
+
+def export_problems(config: dict[str, Any]) -> list[str]:
+    """The settings of an hf_xcv Swin config transformers' Swin has no equivalent for (empty: exportable)."""
+    problems = []
+    attention = config.get("attention_type", _WINDOW_ATTENTION)
+    if attention != _WINDOW_ATTENTION:
+        problems.append(f"attention_type={attention!r} (transformers' Swin has shifted-window attention only)")
+    elif config.get("attention_kwargs"):
+        problems.append(f"attention_kwargs {sorted(config['attention_kwargs'])} of the window attention")
+    window = config.get("window_size", SOURCE_DEFAULTS["window_size"])
+    for stage, grid in enumerate(stage_grids(config), start=1):
+        if min(grid) < window:
+            problems.append(
+                f"window_size={window} on stage {stage}'s {grid[0]}x{grid[1]} grid (image_size "
+                f"{config.get('image_size')}): hf_xcv shrinks the window to the grid, as the original does; "
+                "transformers' Swin keeps the whole window's position bias there and fails"
+            )
+            break
+    return problems
+
+
+def stage_grids(config: dict[str, Any]) -> list[tuple[int, int]]:
+    """The token grid of every stage at the config's ``image_size`` (patch merging pads odd sides)."""
+    size, patch = config.get("image_size", 224), config.get("patch_size", 4)
+    size = size if isinstance(size, (list, tuple)) else (size, size)
+    patch = patch if isinstance(patch, (list, tuple)) else (patch, patch)
+    grid = (math.ceil(size[0] / patch[0]), math.ceil(size[1] / patch[1]))
+    grids = []
+    for _ in config.get("depths", SOURCE_DEFAULTS["depths"]):
+        grids.append(grid)
+        grid = (math.ceil(grid[0] / 2), math.ceil(grid[1] / 2))
+    return grids
+
+
+def export_config(config: dict[str, Any]) -> dict[str, Any]:
+    """hf_xcv SwinConfig dict -> transformers SwinConfig dict; a ValueError naming every setting transformers' Swin
+    has no equivalent for."""
+    problems = export_problems(config)
+    if problems:
+        raise ValueError("this Swin cannot be written in transformers' format: " + "; ".join(problems))
+    out = stage_config(config)
+    architecture = next(iter(config.get("architectures") or ["SwinForImageClassification"]))
+    out["architectures"] = [architecture if architecture in _ARCHITECTURES else "SwinForImageClassification"]
+    return out
+
+
+def stage_config(config: dict[str, Any]) -> dict[str, Any]:
+    """The fields of an hf_xcv SwinConfig dict that transformers' SwinConfig holds, under ``model_type="swin"`` (the
+    stages a backbone returns included); what :func:`export_config` and a detector's backbone export write."""
+    out = {key: config[key] for key in SOURCE_DEFAULTS if key in config}
+    out.update({key: config[key] for key in _PASSED_THROUGH if key in config and key not in ("out_indices",)})
+    for key in ("out_features", "out_indices"):  # saved with a leading underscore by BackboneConfigMixin
+        if f"_{key}" in config and key not in out:
+            out[key] = config[f"_{key}"]
+    out.pop("out_indices", None)  # out_features say the same
+    out["model_type"] = SOURCE_MODEL_TYPE
+    return out
+
+
+def export(
+    config: dict[str, Any], state_dict: dict[str, torch.Tensor]
+) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+    """hf_xcv Swin config and weights -> transformers' (the import of :func:`convert_state_dict` inverted)."""
+    target = export_config(config)
+    return target, invert_import(target, state_dict, convert_state_dict, unused=_UNUSED_BY_THE_BACKBONE)
+
+
+def export_processor(settings: dict[str, Any]) -> dict[str, Any]:
+    """hf_xcv's Swin processor settings -> transformers' ``ViTImageProcessor``'s (``crop_pct`` is already in
+    ``size``; transformers' class has no such argument)."""
+    return {key: value for key, value in settings.items() if key != "crop_pct"}

@@ -124,6 +124,11 @@ def test_a_converted_marian_model_exports_back_to_its_own_weights(tmp_path):
         ("xcv_vit", {"representation_size": 16}, "representation_size"),
         ("xcv_transformer", {"normalize_before": True}, r"normalize_before=True \(Marian has False: post-LN"),
         ("xcv_transformer", {"position_embedding_type": "learned"}, "position_embedding_type='learned'"),
+        ("xcv_swin", {"attention_type": "full"}, r"attention_type='full' \(transformers' Swin has shifted-window"),
+        ("xcv_swin", {"window_size": 8}, r"window_size=8 on stage 2's 4x4 grid .* transformers' Swin keeps"),
+        ("xcv_detr", {"encoder_attention_type": "linear"}, r"encoder_attention_type='linear' \(transformers' DETR"),
+        ("xcv_detr", {"dilation": True}, r"dilation \(DC5"),
+        ("xcv_deformable_detr", {"decoder_attention_type": "linear"}, "decoder_attention_type='linear'"),
     ],
 )
 def test_what_transformers_has_no_equivalent_for_is_refused_by_name(tmp_path, model_type, overrides, message):

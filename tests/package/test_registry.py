@@ -37,8 +37,9 @@ def test_declared_converters_and_exporters_exist_and_are_pure_mappings():
             module = registry.find_exporter(model_type)
             assert callable(module.export) and callable(module.export_config)
     assert registry.find_converter("xcv_vit", "swin") is None
-    with pytest.raises(ValueError, match=r"'xcv_detr' has no transformers format to export to; exported types"):
-        registry.find_exporter("xcv_detr")
+    assert registry.exported_types() == ["xcv_deformable_detr", "xcv_detr", "xcv_swin", "xcv_transformer", "xcv_vit"]
+    with pytest.raises(ValueError, match=r"'xcv_ttsr' has no transformers format to export to; exported types"):
+        registry.find_exporter("xcv_ttsr")
 
 
 def test_convert_formats_are_derived_from_the_entries_and_match_the_checkout_wrappers():

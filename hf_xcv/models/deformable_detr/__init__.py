@@ -21,6 +21,7 @@ ENTRY = register_model_type(
         image_processor=XcvDeformableDetrImageProcessor,
         presets=PRESETS,
         converters={"deformable_detr": "hf_xcv.conversion.deformable_detr"},
+        exporter="hf_xcv.conversion.deformable_detr",
         conversion_formats=("deformable-detr",),
         recipe=RECIPE,
     )

@@ -14,6 +14,7 @@ ENTRY = register_model_type(
         image_processor=XcvDetrImageProcessor,
         presets=PRESETS,
         converters={"detr": "hf_xcv.conversion.detr"},
+        exporter="hf_xcv.conversion.detr",
         conversion_formats=("detr",),
         recipe=RECIPE,
     )

@@ -13,6 +13,7 @@ ENTRY = register_model_type(
         image_processor=XcvSwinImageProcessor,
         presets=PRESETS,
         converters={"swin": "hf_xcv.conversion.swin"},
+        exporter="hf_xcv.conversion.swin",
         conversion_formats=("swin",),
     )
 )
