@@ -133,3 +133,19 @@ __all__ = [
     "register_attention",
     "train_tokenizer",
 ]
+
+# Subpackages reached as attributes (``hf_xcv.metrics.detection``) without importing them up front: ``import hf_xcv``
+# stays as fast as the model families make it.
+_LAZY_SUBPACKAGES = ("conversion", "data", "losses", "metrics", "training", "visualization")
+
+
+def __getattr__(name: str):
+    if name in _LAZY_SUBPACKAGES:
+        import importlib
+
+        return importlib.import_module(f".{name}", __name__)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY_SUBPACKAGES})

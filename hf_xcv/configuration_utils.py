@@ -24,6 +24,7 @@ from .attention import (
 from .registry import MODEL_TYPES
 from .remote_code import RemoteCodeMixin, custom_pipelines
 from .utils.checks import check_choice
+from .utils.errors import UsageError
 
 # Keyword arguments every config takes besides its dataclass fields.
 _CONFIG_KWARGS = frozenset({"num_labels", "attn_implementation", "output_attentions"})
@@ -35,12 +36,12 @@ def check_known_fields(config_class: type, overrides: Mapping[str, Any]) -> None
     known |= set(config_class.attribute_map)  # aliases (DETR's attention_type for encoder_attention_type)
     unknown = sorted(set(overrides) - known)
     if unknown:
-        raise ValueError(f"{config_class.__name__} has no field {unknown}; its fields: {sorted(known)}")
+        raise UsageError(f"{config_class.__name__} has no field {unknown}; its fields: {sorted(known)}")
 
 
 def check_activation(name: str, value: Any) -> None:
     if value not in ACT2FN:
-        raise ValueError(f"{name}={value!r} is not a known activation; allowed values: {sorted(ACT2FN)}")
+        raise UsageError(f"{name}={value!r} is not a known activation; allowed values: {sorted(ACT2FN)}")
 
 
 def check_attention(
@@ -52,7 +53,7 @@ def check_attention(
     a core with attention probabilities."""
     check_choice("attention_type", attention_type, available_attention_types())
     if attention_kwargs is not None and not isinstance(attention_kwargs, dict):
-        raise ValueError(f"attention_kwargs must be a dict, got {type(attention_kwargs).__name__}")
+        raise UsageError(f"attention_kwargs must be a dict, got {type(attention_kwargs).__name__}")
     validate_attention_kwargs(attention_type, attention_kwargs)
     with torch.device("meta"):
         heads = max(num_heads, 1)
@@ -67,7 +68,7 @@ def check_attention_serves(attention_type: str, requests: Mapping[str, Any], rol
     in the message ("a ViT encoder")."""
     problems = capability_problems(attention_type, **requests)
     if problems:
-        raise ValueError(f"attention_type={attention_type!r} cannot serve {role}: " + "; ".join(problems))
+        raise UsageError(f"attention_type={attention_type!r} cannot serve {role}: " + "; ".join(problems))
 
 
 class XcvConfig(RemoteCodeMixin, PretrainedConfig):

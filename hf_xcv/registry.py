@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
+from .utils.errors import UsageError
+
 # The pipeline task of each Auto class a task model registers with (ModelEntry.heads' keys); a bare model
 # extracts features, a backbone feeds a dense-prediction model.
 PIPELINE_TAGS = {
@@ -180,7 +182,7 @@ def find_exporter(model_type: str | None) -> ModuleType:
     for any other."""
     entry = MODEL_TYPES.get(model_type) if model_type else None
     if entry is None or not entry.exporter:
-        raise ValueError(
+        raise UsageError(
             f"model_type {model_type!r} has no transformers format to export to; exported types: {exported_types()}"
         )
     return importlib.import_module(entry.exporter)

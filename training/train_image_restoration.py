@@ -4,7 +4,11 @@
 from here too."""
 
 from hf_xcv.cli.train_image_restoration import *  # noqa: F403
-from hf_xcv.cli.train_image_restoration import main
+from hf_xcv.cli.train_image_restoration import main  # noqa: F401 (tests and users call it from here)
 
-if __name__ == "__main__":
-    main()
+if __name__ == "__main__":  # run as hf-xcv-train runs it: a user's mistake in one line
+    import sys
+
+    from hf_xcv.train import main as train
+
+    train(["image-restoration", *sys.argv[1:]])

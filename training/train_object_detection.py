@@ -4,7 +4,11 @@
 from here too."""
 
 from hf_xcv.cli.train_object_detection import *  # noqa: F403
-from hf_xcv.cli.train_object_detection import main
+from hf_xcv.cli.train_object_detection import main  # noqa: F401 (tests and users call it from here)
 
-if __name__ == "__main__":
-    main()
+if __name__ == "__main__":  # run as hf-xcv-train runs it: a user's mistake in one line
+    import sys
+
+    from hf_xcv.train import main as train
+
+    train(["object-detection", *sys.argv[1:]])

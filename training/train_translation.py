@@ -3,7 +3,11 @@
 its docstring says what it does, and its functions are importable from here too."""
 
 from hf_xcv.cli.train_translation import *  # noqa: F403
-from hf_xcv.cli.train_translation import main
+from hf_xcv.cli.train_translation import main  # noqa: F401 (tests and users call it from here)
 
-if __name__ == "__main__":
-    main()
+if __name__ == "__main__":  # run as hf-xcv-train runs it: a user's mistake in one line
+    import sys
+
+    from hf_xcv.train import main as train
+
+    train(["translation", *sys.argv[1:]])

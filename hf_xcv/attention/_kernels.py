@@ -23,6 +23,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from ..utils.errors import UsageError
 from ._tensors import pad_to_multiple
 from .registry import AttentionCall, AttentionCore, AttentionOutput, Capabilities
 
@@ -107,7 +108,7 @@ class KernelAttention(AttentionCore):
     def __init__(self, num_heads: int, head_dim: int, chunk_size: int = 128):
         super().__init__(num_heads, head_dim)
         if not isinstance(chunk_size, int) or chunk_size < 1:
-            raise ValueError(f"chunk_size must be a positive integer, got {chunk_size!r}")
+            raise UsageError(f"chunk_size must be a positive integer, got {chunk_size!r}")
         self.chunk_size = chunk_size
 
     def features(

@@ -30,6 +30,7 @@ from typing import Any
 
 import torch
 
+from ..utils.errors import UsageError
 from ._blocks import BlockLayout, attend_layout, grid_problems, prefix_pattern
 from .registry import AttentionCall, AttentionCore, AttentionOutput, Capabilities, register_attention
 
@@ -72,7 +73,7 @@ class AxialAttention(AttentionCore):
     def __init__(self, num_heads: int, head_dim: int, passes: str = "row_column"):
         super().__init__(num_heads, head_dim)
         if passes not in _PASSES:
-            raise ValueError(f"attention_type='axial': passes must be one of {sorted(_PASSES)}, got {passes!r}")
+            raise UsageError(f"attention_type='axial': passes must be one of {sorted(_PASSES)}, got {passes!r}")
         self.passes = passes
 
     @classmethod

@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from ..utils.checks import check_int
+from ..utils.errors import UsageError
 from ._masks import dense_attention
 from ._segments import CompressiveMemory, RelativeSegmentAttention, join_keep, last
 from .registry import AttentionCall, AttentionOutput, register_attention
@@ -121,7 +122,7 @@ class CompressiveAttention(RelativeSegmentAttention):
         check_int("cmem_len", cmem_len, 0, owner=self.owner)
         check_int("compression_rate", compression_rate, 1, owner=self.owner)
         if compression not in MemoryCompressor.MODES:
-            raise ValueError(f"compression must be one of {MemoryCompressor.MODES}, got {compression!r}")
+            raise UsageError(f"compression must be one of {MemoryCompressor.MODES}, got {compression!r}")
         self.cmem_len = cmem_len
         self.compressor = MemoryCompressor(num_heads, head_dim, compression_rate, compression)
 

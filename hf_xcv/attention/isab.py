@@ -28,6 +28,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from ..utils.errors import UsageError
 from ._masks import masked_softmax
 from .layer import MultiHeadAttention
 from .registry import AttentionCall, AttentionCore, AttentionOutput, Capabilities, register_attention
@@ -58,7 +59,7 @@ class InducedSetAttention(AttentionCore):
     def __init__(self, num_heads: int, head_dim: int, num_inducing: int = 32):
         super().__init__(num_heads, head_dim)
         if not isinstance(num_inducing, int) or isinstance(num_inducing, bool) or num_inducing < 1:
-            raise ValueError(f"num_inducing must be a positive integer, got {num_inducing!r}")
+            raise UsageError(f"num_inducing must be a positive integer, got {num_inducing!r}")
         self.num_inducing = num_inducing
         bound = (6 / (num_inducing + head_dim)) ** 0.5
         self.inducing = nn.Parameter(torch.empty(num_heads, num_inducing, head_dim).uniform_(-bound, bound))
@@ -105,7 +106,7 @@ class PoolingByMultiheadAttention(nn.Module):
     ):
         super().__init__()
         if num_seeds < 1:
-            raise ValueError(f"num_seeds must be a positive integer, got {num_seeds}")
+            raise UsageError(f"num_seeds must be a positive integer, got {num_seeds}")
         self.seeds = nn.Parameter(torch.empty(num_seeds, hidden_size))
         nn.init.xavier_uniform_(self.seeds)
         self.input_ff = nn.Sequential(nn.Linear(hidden_size, hidden_size), nn.ReLU())

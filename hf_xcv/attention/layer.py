@@ -9,6 +9,7 @@ from torch import nn
 from transformers import PretrainedConfig
 from transformers.cache_utils import Cache, EncoderDecoderCache
 
+from ..utils.errors import UsageError
 from .registry import build_attention
 
 
@@ -59,7 +60,7 @@ class MultiHeadAttention(nn.Module):
     ):
         super().__init__()
         if hidden_size % num_heads:
-            raise ValueError(f"hidden_size={hidden_size} is not divisible by num_heads={num_heads}")
+            raise UsageError(f"hidden_size={hidden_size} is not divisible by num_heads={num_heads}")
         self.num_heads = num_heads
         self.head_dim = hidden_size // num_heads
         self.scaling = self.head_dim**-0.5

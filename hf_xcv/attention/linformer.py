@@ -21,6 +21,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..utils.errors import UsageError
 from ._masks import masked_softmax
 from .registry import AttentionCall, AttentionCore, AttentionOutput, Capabilities, register_attention
 
@@ -71,9 +72,9 @@ class LinformerAttention(AttentionCore):
         super().__init__(num_heads, head_dim)
         for key, value in (("seq_len", seq_len), ("k", k)):
             if not isinstance(value, int) or value < 1:
-                raise ValueError(f"{key} must be a positive integer, got {value!r}")
+                raise UsageError(f"{key} must be a positive integer, got {value!r}")
         if sharing not in SHARING_CHOICES:
-            raise ValueError(f"sharing must be one of {SHARING_CHOICES}, got {sharing!r}")
+            raise UsageError(f"sharing must be one of {SHARING_CHOICES}, got {sharing!r}")
         self.seq_len, self.k, self.sharing = seq_len, k, sharing
         copies = num_heads if sharing == "none" else 1
         self.key_projection = nn.Parameter(torch.randn(copies, k, seq_len) * seq_len**-0.5)  # E: (P, k, seq_len)

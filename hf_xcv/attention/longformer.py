@@ -31,6 +31,7 @@ from typing import Any
 import torch
 
 from ..utils.checks import check_int
+from ..utils.errors import UsageError
 from ._patterns import SPARSE_CAPABILITIES, SparsePattern, SparsePatternAttention, window_mask, window_pattern
 from .registry import register_attention
 
@@ -58,7 +59,7 @@ class LongformerAttention(SparsePatternAttention):
         super().__init__(num_heads, head_dim)
         self.attention_window = check_int("attention_window", attention_window, 2, owner=self.owner)
         if attention_window % 2:
-            raise ValueError(
+            raise UsageError(
                 f"attention_type={self.name!r}: attention_window must be even (the full window, "
                 f"attention_window / 2 keys on each side), got {attention_window}"
             )

@@ -42,6 +42,7 @@ import torch
 import torch.nn.functional as F
 
 from ..utils.checks import check_bool, check_int
+from ..utils.errors import UsageError
 from ..utils.generators import as_generator
 from ._masks import bias_per_head, masked_softmax
 from ._tensors import pad_to_multiple
@@ -154,7 +155,7 @@ class LSHAttention(AttentionCore):
         super().__init__(num_heads, head_dim)
         check_int("chunk_length", chunk_length, 1, owner=self.owner)
         if num_buckets is not None and (check_int("num_buckets", num_buckets, 2, owner=self.owner) % 2):
-            raise ValueError(f"num_buckets must be an even integer >= 2 (or None), got {num_buckets}")
+            raise UsageError(f"num_buckets must be an even integer >= 2 (or None), got {num_buckets}")
         check_int("n_hashes", n_hashes, 1, owner=self.owner)
         check_int("chunks_before", chunks_before, 0, owner=self.owner)
         check_int("chunks_after", chunks_after, 0, owner=self.owner)

@@ -10,6 +10,7 @@ import math
 
 import torch
 
+from ..utils.errors import UsageError
 from ..utils.generators import as_generator
 from ._kernels import KernelAttention
 from .registry import register_attention
@@ -74,13 +75,13 @@ class PerformerAttention(KernelAttention):
         if nb_features is None:
             nb_features = max(head_dim, round(head_dim * math.log(head_dim))) if head_dim > 1 else 1
         if not isinstance(nb_features, int) or nb_features < 1:
-            raise ValueError(f"nb_features must be a positive integer, got {nb_features!r}")
+            raise UsageError(f"nb_features must be a positive integer, got {nb_features!r}")
         if not isinstance(feature_redraw_interval, int) or feature_redraw_interval < 0:
-            raise ValueError(
+            raise UsageError(
                 f"feature_redraw_interval must be a non-negative integer (0 = never), got {feature_redraw_interval!r}"
             )
         if seed is not None and not isinstance(seed, int):
-            raise ValueError(f"seed must be an integer or None, got {seed!r}")
+            raise UsageError(f"seed must be an integer or None, got {seed!r}")
         self.nb_features = nb_features
         self.feature_redraw_interval = feature_redraw_interval
         self.seed = seed

@@ -57,6 +57,8 @@ import torch
 from torch import nn
 from transformers import initialization as init
 
+from ..utils.errors import UsageError
+
 
 @dataclass(frozen=True)
 class Capabilities:
@@ -201,7 +203,7 @@ class AttentionCore(nn.Module):
     def __init__(self, num_heads: int, head_dim: int):
         super().__init__()
         if num_heads <= 0 or head_dim <= 0:
-            raise ValueError(f"num_heads and head_dim must be positive, got {num_heads} and {head_dim}")
+            raise UsageError(f"num_heads and head_dim must be positive, got {num_heads} and {head_dim}")
         self.num_heads = num_heads
         self.head_dim = head_dim
         self.attention_kwargs: dict[str, Any] = {}  # the settings it was built with (set by build_attention)
@@ -451,7 +453,7 @@ def available_attention_types() -> list[str]:
 def get_attention_class(name: str) -> type[AttentionCore]:
     """The core class registered under ``name``; ValueError naming the allowed values otherwise."""
     if name not in _REGISTRY:
-        raise ValueError(f"attention_type={name!r} is not registered; allowed values: {available_attention_types()}")
+        raise UsageError(f"attention_type={name!r} is not registered; allowed values: {available_attention_types()}")
     return _REGISTRY[name]
 
 
@@ -499,7 +501,7 @@ def validate_attention_kwargs(name: str, attention_kwargs: dict[str, Any] | None
     allowed = attention_kwarg_defaults(name)
     unknown = sorted(set(attention_kwargs or {}) - set(allowed))
     if unknown:
-        raise ValueError(
+        raise UsageError(
             f"attention_kwargs has keys {unknown} that attention_type={name!r} does not accept; "
             f"accepted keys: {sorted(allowed) or 'none'}"
         )
@@ -543,7 +545,7 @@ def capability_problems(
 def raise_problems(name: str, reasons: list[str] | tuple[str, ...]) -> None:
     """One ValueError naming the entry and every reason; nothing when there are none."""
     if reasons:
-        raise ValueError(f"attention_type={name!r} cannot be used here: " + "; ".join(reasons))
+        raise UsageError(f"attention_type={name!r} cannot be used here: " + "; ".join(reasons))
 
 
 def check_capabilities(name: str, **requests: Any) -> None:

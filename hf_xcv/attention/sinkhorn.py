@@ -34,6 +34,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..utils.checks import check_float, check_int
+from ..utils.errors import UsageError
 from ..utils.generators import as_generator
 from ._masks import masked_softmax
 from ._tensors import pad_to_multiple
@@ -102,10 +103,10 @@ class SinkhornAttention(AttentionCore):
         check_int("block_size", block_size, 1, owner=self.owner)
         check_int("max_blocks", max_blocks, 1, owner=self.owner)
         if check_float("temperature", temperature, 0.0, owner=self.owner) == 0.0:
-            raise ValueError(f"attention_type={self.name!r}: temperature must be > 0, got {temperature}")
+            raise UsageError(f"attention_type={self.name!r}: temperature must be > 0, got {temperature}")
         check_int("sinkhorn_iters", sinkhorn_iters, 0, owner=self.owner)
         if seed is not None and not isinstance(seed, int):
-            raise ValueError(f"seed must be an integer or None, got {seed!r}")
+            raise UsageError(f"seed must be an integer or None, got {seed!r}")
         self.block_size = block_size
         self.max_blocks = max_blocks
         self.temperature = temperature

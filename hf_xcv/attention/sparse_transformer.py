@@ -33,6 +33,7 @@ from typing import Any
 import torch
 
 from ..utils.checks import check_int
+from ..utils.errors import UsageError
 from ._patterns import SPARSE_CAPABILITIES, KeySet, SparsePattern, SparsePatternAttention, make_pattern
 from ._positions import block_positions, neighbour_positions, positions_after_prefix, shift_body, with_prefix
 from .registry import register_attention
@@ -113,7 +114,7 @@ class FixedSparseAttention(SparsePatternAttention):
         self.block_size = check_int("block_size", block_size, 1, owner=self.owner)
         self.summary_cells = check_int("summary_cells", summary_cells, 1, owner=self.owner)
         if summary_cells > block_size:
-            raise ValueError(
+            raise UsageError(
                 f"attention_type={self.name!r}: summary_cells ({summary_cells}) must not exceed block_size "
                 f"({block_size})"
             )

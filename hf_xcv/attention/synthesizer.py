@@ -23,6 +23,7 @@ import torch
 from torch import nn
 
 from ..utils.checks import check_int
+from ..utils.errors import UsageError
 from ._masks import causal_keep_mask, key_keep_rows, masked_softmax
 from .registry import AttentionCall, AttentionCore, AttentionOutput, Capabilities, register_attention
 
@@ -50,7 +51,7 @@ class _Synthesizer(AttentionCore):
         super().__init__(num_heads, head_dim)
         self.max_length = check_int("max_length", max_length, 1, owner=self.owner)
         if not isinstance(mix_dot_product, bool):
-            raise ValueError(f"mix_dot_product must be True or False, got {mix_dot_product!r}")
+            raise UsageError(f"mix_dot_product must be True or False, got {mix_dot_product!r}")
         self.mix_dot_product = mix_dot_product
         if mix_dot_product:  # the dot products read queries and keys; the owning layer must project them
             self.projections = ("q", "k", "v")
@@ -115,17 +116,17 @@ class DenseSynthesizerAttention(_Synthesizer):
         super().__init__(num_heads, head_dim, max_length, mix_dot_product)
         hidden = head_dim if hidden_dim is None else check_int("hidden_dim", hidden_dim, 1, owner=self.owner)
         if factors is not None and not factorized:
-            raise ValueError(f"factors={factors!r} is set but factorized=False; set factorized=True or drop factors")
+            raise UsageError(f"factors={factors!r} is set but factorized=False; set factorized=True or drop factors")
         self.factorized = factorized
         if factorized:
             if factors is None:
                 a = math.isqrt(max_length - 1) + 1  # ceil(sqrt(max_length))
                 factors = (a, -(-max_length // a))
             if not isinstance(factors, (tuple, list)) or len(factors) != 2:
-                raise ValueError(f"factors must be two positive integers (a, b), got {factors!r}")
+                raise UsageError(f"factors must be two positive integers (a, b), got {factors!r}")
             a, b = (check_int("factors", f, 1, owner=self.owner) for f in factors)
             if a * b < max_length:
-                raise ValueError(f"factors {a} x {b} = {a * b} do not cover max_length={max_length}")
+                raise UsageError(f"factors {a} x {b} = {a * b} do not cover max_length={max_length}")
             self.factors = (a, b)
             self.branches = nn.ModuleList([self._mlp(num_heads, head_dim, hidden, size) for size in (a, b)])
         else:
@@ -190,9 +191,9 @@ class RandomSynthesizerAttention(_Synthesizer):
     ):
         super().__init__(num_heads, head_dim, max_length, mix_dot_product)
         if not isinstance(trainable, bool):
-            raise ValueError(f"trainable must be True or False, got {trainable!r}")
+            raise UsageError(f"trainable must be True or False, got {trainable!r}")
         if rank is not None and not factorized:
-            raise ValueError(f"rank={rank!r} is set but factorized=False; set factorized=True or drop rank")
+            raise UsageError(f"rank={rank!r} is set but factorized=False; set factorized=True or drop rank")
         self.trainable, self.factorized = trainable, factorized
         self.rank = (32 if rank is None else check_int("rank", rank, 1, owner=self.owner)) if factorized else None
         if factorized:

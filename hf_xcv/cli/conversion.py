@@ -16,6 +16,8 @@ from hf_xcv.conversion import atomic_directory, save_safetensors
 from hf_xcv.layers import to_pair
 from hf_xcv.remote_code import add_remote_code
 
+from ..utils.errors import UsageError
+
 # verify(source, converted, tolerance, revision) -> worst |delta|; raises ValueError above tolerance
 Verifier = Callable[[str, str, float, "str | None"], float]
 
@@ -56,7 +58,7 @@ def run(
                 args.input, args.output, target_model_type, overwrite=args.overwrite, **hub_kwargs
             )
     except (ValueError, OSError) as err:  # a bad source or output: the message says which, no traceback
-        raise SystemExit(f"error: {err}") from err
+        raise SystemExit(str(err)) from err
     note = f" (dropped {len(dropped)} keys: {dropped})" if dropped else ""
     print(f"converted {args.input} -> {args.output}{note}")
     if args.verify:
@@ -76,14 +78,14 @@ def is_official_file(source: str) -> bool:
     if os.path.isfile(source):
         return True
     if source.endswith((".pth", ".pt")):
-        raise ValueError(f"{source}: no such file")
+        raise UsageError(f"{source}: no such file")
     return False
 
 
 def check_deltas(deltas: dict[str, float], tolerance: float) -> float:
     worst = max(deltas.values())
     if worst > tolerance:
-        raise ValueError(f"verification failed: max |delta| {deltas} > {tolerance:.1e}")
+        raise UsageError(f"verification failed: max |delta| {deltas} > {tolerance:.1e}")
     return worst
 
 

@@ -29,6 +29,7 @@ import torch
 import hf_xcv
 from hf_xcv.conversion import deformable_detr as mapping
 
+from ..utils.errors import UsageError
 from .conversion import is_official_file, run, verify_detector, write_converted
 
 
@@ -74,7 +75,7 @@ def transformers_model(source: str, converted: str, revision: str | None = None)
     expected = theirs.state_dict()
     missing, _ = theirs.load_state_dict(transformers_weights(weights, expected), strict=False)
     if missing:
-        raise ValueError(f"transformers' Deformable DETR does not take the converted weights: missing {missing}")
+        raise UsageError(f"transformers' Deformable DETR does not take the converted weights: missing {missing}")
     return theirs
 
 
@@ -98,9 +99,9 @@ def _convert(args: argparse.Namespace) -> list[str] | None:
         return None
     for name in ("num_heads", "num_queries"):
         if getattr(args, name) < 1:
-            raise ValueError(f"--{name} must be a positive number, got {getattr(args, name)}")
+            raise UsageError(f"--{name} must be a positive number, got {getattr(args, name)}")
     if args.dilation and args.verify:  # refused before anything is written
-        raise ValueError("--verify cannot check a DC5 file: transformers' own ResNet backbone does not dilate")
+        raise UsageError("--verify cannot check a DC5 file: transformers' own ResNet backbone does not dilate")
     return convert_official_file(
         args.input, args.output, args.num_heads, args.num_queries, args.dilation, args.overwrite
     )

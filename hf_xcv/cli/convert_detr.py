@@ -25,6 +25,7 @@ import torch
 import hf_xcv
 from hf_xcv.conversion import detr as mapping
 
+from ..utils.errors import UsageError
 from .conversion import is_official_file, run, verify_detector, write_converted
 
 
@@ -52,7 +53,7 @@ def transformers_model(source: str, converted: str, revision: str | None = None)
     state_dict = hf_xcv.DetrForObjectDetection.from_pretrained(converted).state_dict()
     missing, unexpected = theirs.load_state_dict(state_dict, strict=False)
     if missing or unexpected:
-        raise ValueError(
+        raise UsageError(
             f"transformers' DETR does not take the converted weights: missing {missing}, extra {unexpected}"
         )
     return theirs
@@ -74,7 +75,7 @@ def _convert(args: argparse.Namespace) -> list[str] | None:
     if not is_official_file(args.input):
         return None
     if args.num_heads < 1:
-        raise ValueError(f"--num_heads must be a positive number, got {args.num_heads}")
+        raise UsageError(f"--num_heads must be a positive number, got {args.num_heads}")
     return convert_official_file(args.input, args.output, args.num_heads, args.dilation, args.overwrite)
 
 

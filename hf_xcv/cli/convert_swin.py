@@ -25,6 +25,7 @@ import hf_xcv
 from hf_xcv.conversion import swin as mapping
 from hf_xcv.layers import to_pair
 
+from ..utils.errors import UsageError
 from .conversion import check_deltas, is_official_file, run, sample_inputs, write_converted
 
 _TO_TRANSFORMERS = "attention.relative_position_bias.relative_position_bias_table"
@@ -60,7 +61,7 @@ def transformers_model(source: str, converted: str, revision: str | None = None)
     missing, unexpected = theirs.load_state_dict(renamed, strict=False)
     missing = [k for k in missing if "relative_position_index" not in k]
     if missing or unexpected:
-        raise ValueError(
+        raise UsageError(
             f"transformers' Swin does not take the converted weights: missing {missing}, extra {unexpected}"
         )
     return theirs
@@ -89,7 +90,7 @@ def _convert(args: argparse.Namespace) -> list[str] | None:
     if not is_official_file(args.input):
         return None
     if args.image_size is not None and args.image_size < 1:
-        raise ValueError(f"--image_size must be a positive number of pixels, got {args.image_size}")
+        raise UsageError(f"--image_size must be a positive number of pixels, got {args.image_size}")
     return convert_official_file(args.input, args.output, args.image_size, args.overwrite)
 
 

@@ -24,6 +24,8 @@ from hf_xcv.processing.restoration import SCALE, to_uint8
 from hf_xcv.training import TrainerState
 from hf_xcv.visualization import restoration_panel
 
+from ..utils.errors import UsageError
+
 TTSR_RANGE = (-1.0, 1.0)  # TTSR's values
 LOSS_CHOICES = ("rec", "all")
 DEFAULT_CROP = 160  # the original's HR crops (LR 40x40)
@@ -45,10 +47,10 @@ def check_pairs(data: Any, splits: tuple[str, ...], processor: Any, eval_batch_s
             try:
                 processor.check_pair_sizes(hr, ref)
             except ValueError as err:
-                raise ValueError(f"{split} image {row['name']!r}: {err}") from None
+                raise UsageError(f"{split} image {row['name']!r}: {err}") from None
             sizes.add((row["image"].size, row["reference"].size))
         if eval_batch_size > 1 and len(sizes) > 1:
-            raise ValueError(
+            raise UsageError(
                 f"the {split} split holds images of {len(sizes)} sizes, scored whole: --per_device_eval_batch_size "
                 f"{eval_batch_size} would batch them together; use 1 (the default)"
             )
@@ -187,19 +189,19 @@ class ReferenceSuperResolution(RestorationTraining):
     def check(self, args: Any) -> None:
         """The run's options that this training refuses, by name, before the run folder is claimed."""
         if args.losses not in LOSS_CHOICES:
-            raise ValueError(f"--losses {args.losses!r} is not allowed; allowed values: {list(LOSS_CHOICES)}")
+            raise UsageError(f"--losses {args.losses!r} is not allowed; allowed values: {list(LOSS_CHOICES)}")
         if args.losses == "all" and not self.model_args.vgg19_weights:
-            raise ValueError("--losses all needs --vgg19_weights (the perceptual loss's VGG19 ImageNet weights)")
+            raise UsageError("--losses all needs --vgg19_weights (the perceptual loss's VGG19 ImageNet weights)")
         if self.model_args.tasks:
-            raise ValueError(f"--tasks is for models of named tasks (IPT), not {self.config.model_type}")
+            raise UsageError(f"--tasks is for models of named tasks (IPT), not {self.config.model_type}")
         if args.contrastive_loss_weight is not None:
-            raise ValueError("--contrastive_loss_weight is IPT's; TTSR's losses are set by --losses")
+            raise UsageError("--contrastive_loss_weight is IPT's; TTSR's losses are set by --losses")
 
     def crop_size(self, crop_size: int | None) -> int:
         """The training crops' side in HR pixels (the original's 160 by default), checked."""
         crop = crop_size or DEFAULT_CROP
         if crop % SCALE or crop < SCALE * 3:
-            raise ValueError(
+            raise UsageError(
                 f"--crop_size {crop} must be a multiple of 4 and at least 12 (a 3x3 low-resolution crop: one "
                 "patch of TTSR's relevance embedding)"
             )

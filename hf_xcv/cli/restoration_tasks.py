@@ -30,6 +30,8 @@ from hf_xcv.metrics import psnr_ssim
 from hf_xcv.processing.restoration import to_uint8
 from hf_xcv.visualization import restoration_panel
 
+from ..utils.errors import UsageError
+
 SCORES = ("psnr", "ssim", "baseline_psnr", "baseline_ssim")
 
 
@@ -54,7 +56,7 @@ def check_trainable(scales: dict[str, int], config: Any) -> None:
     others."""
     custom = [task.name for task in config.restoration_tasks if task.name in scales and task.kind == "custom"]
     if custom:
-        raise ValueError(
+        raise UsageError(
             f"tasks {custom} have no built-in degradation (sr_x<N>, denoise_<sigma>, derain do): this script degrades "
             "clean images, so train them with your own pairs (IPTImageProcessor(images=degraded, labels=clean) and "
             "Trainer), or leave them out with --tasks"
@@ -69,7 +71,7 @@ def check_held_out(data: Any, splits: tuple[str, ...], config: Any, scales: dict
             width, height = row["image"].size
             for task, scale in scales.items():
                 if min(height, width) // scale < config.image_size:
-                    raise ValueError(
+                    raise UsageError(
                         f"{split} image {row['name']!r} ({height}x{width}) is too small for {task}: its x1/{scale} "
                         f"input would be smaller than one {config.image_size}-pixel tile"
                     )
@@ -79,7 +81,7 @@ def check_crop_size(crop_size: int, model_config: Any, scales: dict[str, int]) -
     """The training crops hold a whole tile's clean image for every task (image_size x scale)."""
     needed = model_config.image_size * max(scales.values())
     if crop_size < needed or crop_size % crop_scale(scales):
-        raise ValueError(
+        raise UsageError(
             f"--crop_size {crop_size} must be at least {needed} (a {model_config.image_size}-pixel tile x the largest "
             f"task scale, {max(scales.values())}) and a multiple of {crop_scale(scales)} (every task's scale)"
         )
@@ -221,7 +223,7 @@ def trained_tasks(tasks: str | None, config: Any) -> dict[str, int]:
     wanted = [task.strip() for task in tasks.split(",") if task.strip()]
     unknown = [task for task in wanted if task not in scales]
     if unknown or not wanted:
-        raise ValueError(f"--tasks {tasks!r}: the model's tasks are {list(scales)}")
+        raise UsageError(f"--tasks {tasks!r}: the model's tasks are {list(scales)}")
     return {task: scales[task] for task in wanted}
 
 
@@ -243,7 +245,7 @@ class NamedTaskRestoration(RestorationTraining):
         weight the run uses is recorded (the card says it)."""
         check_trainable(self.scales, self.config)  # user-named tasks have no built-in degradation
         if args.losses != "rec" or self.model_args.vgg19_weights:
-            raise ValueError("--losses all and --vgg19_weights are TTSR's recipe; IPT trains with L1 (+ contrastive)")
+            raise UsageError("--losses all and --vgg19_weights are TTSR's recipe; IPT trains with L1 (+ contrastive)")
         if args.contrastive_loss_weight is None:
             args.contrastive_loss_weight = self.config.contrastive_loss_weight
 
@@ -266,7 +268,7 @@ class NamedTaskRestoration(RestorationTraining):
 
     def check_processor(self, processor: Any) -> None:
         if processor.rgb_range != self.config.rgb_range:
-            raise ValueError(
+            raise UsageError(
                 f"the image processor works in [0, {processor.rgb_range}] and the model in [0, "
                 f"{self.config.rgb_range}] (rgb_range): their pixel values would be misread"
             )

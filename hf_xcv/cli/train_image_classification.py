@@ -43,6 +43,8 @@ from hf_xcv.layers import to_pair
 from hf_xcv.metrics import Accuracy, TopKAccuracy
 from hf_xcv.training import TEMPLATES, TrainerState, parameter_groups, runner
 
+from ..utils.errors import UsageError
+
 TEMPLATE = TEMPLATES / "image_classification.md"
 
 
@@ -132,16 +134,16 @@ def family_of(args: ModelArguments) -> Any:
     if args.model_name_or_path:
         model_type = hf_xcv.conversion.load_config_dict(args.model_name_or_path).get("model_type")
         if model_type not in entries:
-            raise ValueError(
+            raise UsageError(
                 f"{args.model_name_or_path} holds a {model_type!r} model; this script trains {sorted(entries)}"
             )
         return entries[model_type]
     fitting = sorted(name for name, preset in hf_xcv.PRESETS.items() if preset.model_type in entries)
     if args.preset and args.preset not in hf_xcv.PRESETS:
-        raise ValueError(f"unknown preset {args.preset!r}; available presets: {fitting}")
+        raise UsageError(f"unknown preset {args.preset!r}; available presets: {fitting}")
     model_type = hf_xcv.PRESETS[args.preset].model_type if args.preset else "xcv_vit"
     if model_type not in entries:
-        raise ValueError(
+        raise UsageError(
             f"preset {args.preset!r} makes a {model_type} model; this script needs an image classifier's preset: "
             f"{fitting}"
         )
@@ -151,7 +153,7 @@ def family_of(args: ModelArguments) -> Any:
 def build_model_and_processor(args: ModelArguments, labels: list[str]) -> tuple[torch.nn.Module, Any]:
     """A fresh model from a preset, or a checkpoint with a new head for ``labels``; and its processor."""
     if args.model_name_or_path and args.preset:
-        raise ValueError("pass either --preset or --model_name_or_path, not both")
+        raise UsageError("pass either --preset or --model_name_or_path, not both")
     id2label = dict(enumerate(labels))
     overrides: dict[str, Any] = {
         "num_labels": len(labels),

@@ -66,6 +66,8 @@ from hf_xcv.data import load_photos_dataset, load_restoration_folder, training_c
 from hf_xcv.presets import PRESETS
 from hf_xcv.training import TEMPLATES, TrainerState, runner
 
+from ..utils.errors import UsageError
+
 TEMPLATE = TEMPLATES / "image_restoration.md"
 PICTURES = "restorations.png"
 DEFAULT_PRESET = "ttsr-photos"
@@ -201,17 +203,17 @@ def check_args(model_args: ModelArguments, args: TrainArguments) -> Any:
     try:
         import skimage.metrics  # noqa: F401  (SSIM of the evaluation; found missing at the end, it loses the run)
     except ImportError as err:
-        raise ValueError("the evaluation's SSIM needs scikit-image: pip install 'hf_xcv[restoration]'") from err
+        raise UsageError("the evaluation's SSIM needs scikit-image: pip install 'hf_xcv[restoration]'") from err
     if model_args.model_name_or_path and model_args.preset:
-        raise ValueError("pass either --preset or --model_name_or_path, not both")
+        raise UsageError("pass either --preset or --model_name_or_path, not both")
     name = model_args.preset or DEFAULT_PRESET
     if not model_args.model_name_or_path and (name not in PRESETS or PRESETS[name].model_type not in RESTORATION_TYPES):
         fitting = sorted(n for n, p in PRESETS.items() if p.model_type in RESTORATION_TYPES)
-        raise ValueError(f"preset {name!r} is not an image-restoration preset; this script trains {fitting}")
+        raise UsageError(f"preset {name!r} is not an image-restoration preset; this script trains {fitting}")
     if model_args.model_name_or_path:
         source = load_config_dict(model_args.model_name_or_path).get("model_type")
         if source not in RESTORATION_TYPES:
-            raise ValueError(
+            raise UsageError(
                 f"{model_args.model_name_or_path} holds a checkpoint of model_type {source!r}; this script trains "
                 f"{RESTORATION_TYPES}"
             )

@@ -52,6 +52,8 @@ from hf_xcv.models.xformer import XFormerConfig, XFormerForSequenceClassificatio
 from hf_xcv.presets import PRESETS
 from hf_xcv.training import TEMPLATES, TrainerState, parameter_groups, runner
 
+from ..utils.errors import UsageError
+
 TEMPLATE = TEMPLATES / "sequence_classification.md"
 TASK_PRESETS = {task: f"xformer-lra-{task}" for task in LRA_TASKS}
 
@@ -107,7 +109,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[ModelArguments, DataArgum
 def task_recipe(task: str) -> dict[str, Any]:
     """The training settings of ``task``: the recipe of its preset (``xformer-lra-<task>``)."""
     if task not in LRA_TASKS:
-        raise ValueError(f"--task must be one of {sorted(LRA_TASKS)}, got {task!r}")
+        raise UsageError(f"--task must be one of {sorted(LRA_TASKS)}, got {task!r}")
     return PRESETS[TASK_PRESETS[task]].recipe.defaults
 
 
@@ -128,25 +130,25 @@ def apply_recipe(args: TrainArguments, task: str) -> None:
 def load_data(args: DataArguments) -> DatasetDict:
     """The task's splits: generated (``--task_settings``, ``--data_seed``) or read from ``--dataset``."""
     if args.task not in LRA_TASKS:
-        raise ValueError(f"--task must be one of {sorted(LRA_TASKS)}, got {args.task!r}")
+        raise UsageError(f"--task must be one of {sorted(LRA_TASKS)}, got {args.task!r}")
     if args.dataset:
         if not Path(args.dataset, "dataset_dict.json").exists():
-            raise ValueError(f"--dataset {args.dataset} is not a DatasetDict saved with save_to_disk")
+            raise UsageError(f"--dataset {args.dataset} is not a DatasetDict saved with save_to_disk")
         if args.task_settings:
-            raise ValueError("--task_settings changes generated data; a --dataset from disk has its own")
+            raise UsageError("--task_settings changes generated data; a --dataset from disk has its own")
         data = load_from_disk(args.dataset)
     else:
         data = load_lra_dataset(args.task, seed=args.data_seed, **runner.parse_overrides(args.task_settings))
     missing = [name for name in ("train", "validation", "test") if name not in data]
     if missing:
-        raise ValueError(f"the {args.task} data has no {missing} split(s); it has {sorted(data)}")
+        raise UsageError(f"the {args.task} data has no {missing} split(s); it has {sorted(data)}")
     for name, split in data.items():
         if not {"input_ids", "attention_mask", "label"} <= set(split.column_names):
-            raise ValueError(f"split {name!r} needs input_ids, attention_mask and label; it has {split.column_names}")
+            raise UsageError(f"split {name!r} needs input_ids, attention_mask and label; it has {split.column_names}")
         if len(split) == 0:
-            raise ValueError(f"split {name!r} is empty")
+            raise UsageError(f"split {name!r} is empty")
         if not isinstance(split.features["label"], ClassLabel):
-            raise ValueError(f"split {name!r}: label must be a ClassLabel (class names), got {split.features['label']}")
+            raise UsageError(f"split {name!r}: label must be a ClassLabel (class names), got {split.features['label']}")
     return data
 
 
@@ -159,7 +161,7 @@ def sequence_shape(data: DatasetDict) -> tuple[int, int]:
         lengths |= set(pc.unique(pc.list_value_length(ids)).to_pylist())
         vocab = max(vocab, pc.max(pc.list_flatten(ids)).as_py() + 1)
     if len(lengths) != 1:
-        raise ValueError(f"every sequence must have one length (pad to the maximum); found lengths {sorted(lengths)}")
+        raise UsageError(f"every sequence must have one length (pad to the maximum); found lengths {sorted(lengths)}")
     return lengths.pop(), vocab
 
 
@@ -177,7 +179,7 @@ def build_config(model_args: ModelArguments, task: str, length: int, labels: lis
     """The task's configuration with the entry at ``length``: its settings tied to the length, then
     ``--attention_kwargs``; the position table covers ``length``."""
     if get_attention_class(model_args.attention_type).capabilities.requires_causal:
-        raise ValueError(
+        raise UsageError(
             f"attention_type={model_args.attention_type!r} only attends causally; classifying a whole sequence needs "
             f"a bidirectional entry: {bidirectional_entries()}"
         )
@@ -196,7 +198,7 @@ def build_config(model_args: ModelArguments, task: str, length: int, labels: lis
     check_known_fields(XFormerConfig, overrides)
     config = hf_xcv.preset_config(model_args.preset or TASK_PRESETS[task], "xcv_xformer", **overrides)
     if config.vocab_size < vocab_size:
-        raise ValueError(
+        raise UsageError(
             f"the task's tokens need vocab_size >= {vocab_size}; the configuration has {config.vocab_size}"
         )
     config._attn_implementation = model_args.attn_implementation

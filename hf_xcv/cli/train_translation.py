@@ -41,6 +41,8 @@ from hf_xcv.model_card import quoted
 from hf_xcv.training import TEMPLATES, TrainerState, runner
 from hf_xcv.training.checkpointing import CHECKPOINTS
 
+from ..utils.errors import UsageError
+
 TEMPLATE = TEMPLATES / "translation.md"
 BUILT_IN = "numbers"
 DEFAULT_PRESET = "transformer-numbers"
@@ -134,7 +136,7 @@ def load_data(args: DataArguments) -> DatasetDict:
     data = runner.require_splits(data, args.dataset, splits, args.max_train_samples)
     for split in splits:
         if "translation" not in data[split].column_names:
-            raise ValueError(f"split {split!r} has no 'translation' column; columns: {data[split].column_names}")
+            raise UsageError(f"split {split!r} has no 'translation' column; columns: {data[split].column_names}")
     return data
 
 
@@ -176,12 +178,12 @@ def build_model(args: ModelArguments, tokenizer: Any) -> torch.nn.Module:
     check_known_fields(hf_xcv.TransformerConfig, overrides)
     if args.model_name_or_path:
         if args.preset:
-            raise ValueError("pass either --preset or --model_name_or_path, not both")
+            raise UsageError("pass either --preset or --model_name_or_path, not both")
         model = hf_xcv.TransformerForConditionalGeneration.from_pretrained(
             args.model_name_or_path, attn_implementation=args.attn_implementation, **overrides
         )
         if len(tokenizer) > model.config.decoder_vocab_size:
-            raise ValueError(
+            raise UsageError(
                 f"the tokenizer has {len(tokenizer)} tokens, more than the model's vocabulary "
                 f"({model.config.decoder_vocab_size}); fine-tune with the checkpoint's own tokenizer"
             )
@@ -206,7 +208,7 @@ def check_lengths(model: torch.nn.Module, data_args: DataArguments, args: TrainA
     }
     too_long = [f"{name} {value}" for name, value in lengths.items() if value > limit]
     if too_long:
-        raise ValueError(f"{', '.join(too_long)} exceed the model's max_position_embeddings={limit}")
+        raise UsageError(f"{', '.join(too_long)} exceed the model's max_position_embeddings={limit}")
 
 
 def configure_generation(model: torch.nn.Module, args: TrainArguments) -> None:

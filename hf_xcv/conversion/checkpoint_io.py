@@ -16,6 +16,8 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from transformers.utils import cached_file
 
+from ..utils.errors import UsageError
+
 # from_pretrained keyword arguments that locate files (on disk or on a Hub).
 HUB_KWARGS = ("cache_dir", "force_download", "local_files_only", "token", "revision", "subfolder", "proxies")
 
@@ -27,11 +29,11 @@ _WEIGHT_FILES = (
 )
 
 
-class CorruptCheckpointError(ValueError):
+class CorruptCheckpointError(UsageError):
     """A weights file cannot be read: truncated, corrupt, or not a weights file at all."""
 
 
-class CheckpointMismatchError(ValueError, RuntimeError):
+class CheckpointMismatchError(UsageError, RuntimeError):
     """Checkpoint weights whose shapes do not match the model. A RuntimeError too, which is what transformers
     raises for them: code written for transformers catches it."""
 

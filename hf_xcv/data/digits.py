@@ -10,6 +10,8 @@ import numpy as np
 import PIL.Image
 from datasets import ClassLabel, Dataset, DatasetDict, Features, Image, Value
 
+from ..utils.errors import UsageError
+
 DIGIT_NAMES = [str(i) for i in range(10)]
 
 
@@ -35,7 +37,7 @@ def load_digits_dataset(validation_fraction: float = 0.1, test_fraction: float =
     except ImportError as err:  # pragma: no cover - depends on the environment
         raise ImportError("the digits dataset needs scikit-learn: pip install 'hf_xcv[data]'") from err
     if not (0 < validation_fraction < 1 and 0 < test_fraction < 1 and validation_fraction + test_fraction < 1):
-        raise ValueError(
+        raise UsageError(
             f"validation_fraction={validation_fraction} and test_fraction={test_fraction} must be in (0, 1) "
             "and sum to less than 1"
         )

@@ -9,6 +9,8 @@ import numpy as np
 import torch
 from datasets import ClassLabel, DatasetDict
 
+from ..utils.errors import MissingColumnError, UsageError
+
 
 def encode_labels(data: DatasetDict, column: str = "label") -> DatasetDict:
     """Make ``column`` a ClassLabel with one id per distinct value over *all* splits.
@@ -18,7 +20,7 @@ def encode_labels(data: DatasetDict, column: str = "label") -> DatasetDict:
     """
     first = next(iter(data.values()))
     if column not in first.column_names:
-        raise KeyError(f"the dataset has no column {column!r}; columns: {first.column_names}")
+        raise MissingColumnError(f"the dataset has no column {column!r}; columns: {first.column_names}")
     if isinstance(first.features[column], ClassLabel):
         return data
     values: set = set()
@@ -26,7 +28,7 @@ def encode_labels(data: DatasetDict, column: str = "label") -> DatasetDict:
         try:
             values.update(split.unique(column))
         except TypeError as err:
-            raise ValueError(f"column {column!r} must hold one class per image (int or str values): {err}") from err
+            raise UsageError(f"column {column!r} must hold one class per image (int or str values): {err}") from err
     integers = all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in values)
     ordered = sorted(values) if integers else sorted(values, key=str)
     index = {value: i for i, value in enumerate(ordered)}
@@ -55,12 +57,12 @@ def image_classification_transform(
     that many channels (grayscale -> RGB, RGBA -> RGB, ...), so that any image processor works on any images:
     transformers' own ``ViTImageProcessor`` normalises with three means and converts nothing."""
     if num_channels is not None and num_channels not in _PIL_MODES:
-        raise ValueError(f"num_channels must be 1 or 3 to convert images, got {num_channels!r}")
+        raise UsageError(f"num_channels must be 1 or 3 to convert images, got {num_channels!r}")
     mode = None if num_channels is None else _PIL_MODES[num_channels]
 
     def transform(batch: dict[str, list]) -> dict[str, list]:
         if image_column not in batch:
-            raise KeyError(f"the dataset has no column {image_column!r}; columns: {sorted(batch)}")
+            raise MissingColumnError(f"the dataset has no column {image_column!r}; columns: {sorted(batch)}")
         images = batch[image_column]
         if mode is not None:
             images = [_to_mode(image, mode) for image in images]
@@ -91,14 +93,14 @@ class ImageClassificationCollator:
 
     def __call__(self, features: Sequence[dict[str, Any]]) -> dict[str, torch.Tensor]:
         if len(features) == 0:
-            raise ValueError("cannot collate an empty batch")
+            raise UsageError("cannot collate an empty batch")
         pixels = []
         for index, sample in enumerate(features):
             if "pixel_values" not in sample:
-                raise ValueError(f"sample {index} of the batch has no 'pixel_values' (keys: {sorted(sample)})")
+                raise UsageError(f"sample {index} of the batch has no 'pixel_values' (keys: {sorted(sample)})")
             value = torch.as_tensor(np.asarray(sample["pixel_values"]), dtype=torch.float32)
             if pixels and value.shape != pixels[0].shape:
-                raise ValueError(
+                raise UsageError(
                     f"sample {index} has pixel_values of shape {tuple(value.shape)}, "
                     f"sample 0 has {tuple(pixels[0].shape)}: resize all images to one size"
                 )
@@ -106,7 +108,7 @@ class ImageClassificationCollator:
         batch = {"pixel_values": torch.stack(pixels)}
         label_keys = {"labels" if "labels" in sample else "label" if "label" in sample else None for sample in features}
         if len(label_keys) > 1:
-            raise ValueError("some samples of the batch have labels and some do not")
+            raise UsageError("some samples of the batch have labels and some do not")
         key = label_keys.pop()
         if key is not None:
             batch["labels"] = _stack_labels([sample[key] for sample in features])

@@ -41,6 +41,8 @@ import numpy as np
 import torch
 from datasets import ClassLabel, Dataset, DatasetDict, Features, Sequence, Value
 
+from ..utils.errors import UsageError
+
 SPLITS = ("train", "validation", "test")
 
 # ---- ListOps ----
@@ -62,7 +64,7 @@ def apply_listops(operator: str, values: list[int]) -> int:
         return int(np.median(values))
     if operator == "[SM":
         return sum(values) % 10
-    raise ValueError(f"unknown ListOps operator {operator!r}; known: {LISTOPS_OPERATORS}")
+    raise UsageError(f"unknown ListOps operator {operator!r}; known: {LISTOPS_OPERATORS}")
 
 
 def _listops_tree(rng: np.random.Generator, budget: int, max_args: int, depth: int, max_depth: int):
@@ -91,7 +93,7 @@ def listops_example(
         tokens, value = _listops_tree(rng, int(rng.integers(min_length, max_length + 1)), max_args, 0, max_depth)
         if min_length <= len(tokens) <= max_length:
             return tokens, value
-    raise ValueError(
+    raise UsageError(
         f"no expression of {min_length}-{max_length} symbols in 1000 draws with max_args={max_args} and "
         f"max_depth={max_depth}: trees that shallow and narrow stay shorter; raise max_depth or max_args, or lower "
         "min_length"
@@ -114,7 +116,7 @@ def _split_sizes(num_train: int, num_validation: int, num_test: int) -> dict[str
     sizes = dict(zip(SPLITS, (num_train, num_validation, num_test)))
     for name, size in sizes.items():
         if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-            raise ValueError(f"num_{name} must be a positive int, got {size!r}")
+            raise UsageError(f"num_{name} must be a positive int, got {size!r}")
     return sizes
 
 
@@ -147,9 +149,9 @@ def load_listops_dataset(
     ``length`` column with each expression's own length, 10 balanced classes."""
     sizes = _split_sizes(num_train, num_validation, num_test)
     if not (isinstance(min_length, int) and isinstance(max_length, int) and 4 <= min_length <= max_length):
-        raise ValueError(f"need 4 <= min_length <= max_length, got min_length={min_length}, max_length={max_length}")
+        raise UsageError(f"need 4 <= min_length <= max_length, got min_length={min_length}, max_length={max_length}")
     if not (isinstance(max_args, int) and max_args >= 2) or not (isinstance(max_depth, int) and max_depth >= 1):
-        raise ValueError(f"need max_args >= 2 and max_depth >= 1, got max_args={max_args}, max_depth={max_depth}")
+        raise UsageError(f"need max_args >= 2 and max_depth >= 1, got max_args={max_args}, max_depth={max_depth}")
     features = _sequence_features(10, [str(d) for d in range(10)])
     features["length"] = Value("int32")
     splits = {}
@@ -272,7 +274,7 @@ def pathfinder_example(
             for y, x in _mark(point, image_size, mark_radius):
                 image[y, x] = solid[y, x] = 255
         return PathfinderExample(image, solid, label, marks)
-    raise ValueError(
+    raise UsageError(
         f"could not place {2 + num_distractors} paths of {path_length} steps apart in a {image_size}x{image_size} "
         f"image (with marks {match_distance} px from equidistant) in {max_tries} tries: lower path_length or "
         "num_distractors, or raise image_size or match_distance"
@@ -300,13 +302,13 @@ def load_pathfinder_dataset(
     checks |= {"dash_length": (dash_length, 1), "gap_length": (gap_length, 0)}
     for name, (value, least) in checks.items():
         if isinstance(value, bool) or not isinstance(value, int) or value < least:
-            raise ValueError(f"{name} must be an int >= {least}, got {value!r}")
+            raise UsageError(f"{name} must be an int >= {least}, got {value!r}")
     if not 0 <= max_turn <= math.pi:
-        raise ValueError(f"max_turn must be in [0, pi] radians, got {max_turn}")
+        raise UsageError(f"max_turn must be in [0, pi] radians, got {max_turn}")
     if isinstance(path_intensity, bool) or not isinstance(path_intensity, int) or not 1 <= path_intensity <= 255:
-        raise ValueError(f"path_intensity must be an int grey level in [1, 255], got {path_intensity!r}")
+        raise UsageError(f"path_intensity must be an int grey level in [1, 255], got {path_intensity!r}")
     if not match_distance >= 0:
-        raise ValueError(f"match_distance must be >= 0 pixels, got {match_distance}")
+        raise UsageError(f"match_distance must be >= 0 pixels, got {match_distance}")
     features = _sequence_features(2, ["disconnected", "connected"])
     splits = {}
     for name, rng in _split_rngs(seed).items():
@@ -335,7 +337,7 @@ def load_lra_image_dataset(image_size: int = 32, seed: int = 0) -> DatasetDict:
     from .digits import DIGIT_NAMES, load_digits_dataset
 
     if isinstance(image_size, bool) or not isinstance(image_size, int) or image_size < 8:
-        raise ValueError(f"image_size must be an int >= 8 (the digits are 8x8), got {image_size!r}")
+        raise UsageError(f"image_size must be an int >= 8 (the digits are 8x8), got {image_size!r}")
     digits = load_digits_dataset(seed=seed)
     features = _sequence_features(10, list(DIGIT_NAMES))
     splits = {}
@@ -360,7 +362,7 @@ LRA_TASKS: dict[str, Callable[..., DatasetDict]] = {
 def load_lra_dataset(task: str, seed: int = 0, **settings) -> DatasetDict:
     """``load_<task>`` by name: ``listops``, ``pathfinder`` or ``image``; ``settings`` go to that loader."""
     if task not in LRA_TASKS:
-        raise ValueError(f"unknown LRA task {task!r}; available: {sorted(LRA_TASKS)}")
+        raise UsageError(f"unknown LRA task {task!r}; available: {sorted(LRA_TASKS)}")
     return LRA_TASKS[task](seed=seed, **settings)
 
 

@@ -35,6 +35,7 @@ import PIL.ImageOps
 from datasets import Dataset, DatasetDict, Features, Image, Value
 
 from ..processing.restoration import SCALE, check_scale, mod_crop
+from ..utils.errors import UsageError
 
 TRAIN_PHOTOS = (
     "astronaut", "hubble_deep_field", "immunohistochemistry",  # RGB
@@ -106,7 +107,7 @@ def panned_views(image: np.ndarray, scale: int = SCALE, name: str = "the image")
     width = image.shape[1]
     view = (2 * width // 3) // scale * scale
     if view < scale:
-        raise ValueError(f"{name} is {width} pixels wide: too narrow for two panned views of at least {scale}")
+        raise UsageError(f"{name} is {width} pixels wide: too narrow for two panned views of at least {scale}")
     return image[:, :view], image[:, width - view :]
 
 
@@ -146,7 +147,7 @@ def _cut(
     for what, array in (("", image), ("the reference of ", source)):
         if min(array.shape[:2]) < crop_size:
             height, width = array.shape[:2]
-            raise ValueError(f"{what}{name!r} is {height}x{width}, smaller than the {crop_size}x{crop_size} crops")
+            raise UsageError(f"{what}{name!r} is {height}x{width}, smaller than the {crop_size}x{crop_size} crops")
     rows = []
     boxes = _crop_boxes(rng, image.shape[:2], source.shape[:2], crop_size, count, max_offset)
     for index, box in enumerate(boxes):
@@ -166,16 +167,16 @@ def _crop_options(
 ) -> int:
     """Check the crop options; returns the maximum offset (None: half the crop)."""
     if isinstance(crop_size, bool) or not isinstance(crop_size, int) or crop_size < scale or crop_size % scale:
-        raise ValueError(f"crop_size={crop_size!r} must be a positive multiple of the scale {scale}")
+        raise UsageError(f"crop_size={crop_size!r} must be a positive multiple of the scale {scale}")
     if crops is not None and (isinstance(crops, bool) or not isinstance(crops, int) or crops < 1):
-        raise ValueError(f"{crops_name}={crops!r} must be a positive integer or None (from coverage)")
+        raise UsageError(f"{crops_name}={crops!r} must be a positive integer or None (from coverage)")
     if isinstance(coverage, bool) or not isinstance(coverage, int | float) or not coverage > 0:
-        raise ValueError(f"coverage={coverage!r} must be a positive number")
+        raise UsageError(f"coverage={coverage!r} must be a positive number")
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise ValueError(f"seed={seed!r} must be a non-negative integer")
+        raise UsageError(f"seed={seed!r} must be a non-negative integer")
     max_offset = crop_size // 2 if max_offset is None else max_offset
     if isinstance(max_offset, bool) or not isinstance(max_offset, int) or max_offset < 0:
-        raise ValueError(f"max_offset={max_offset!r} must be a non-negative integer or None (half the crop)")
+        raise UsageError(f"max_offset={max_offset!r} must be a non-negative integer or None (half the crop)")
     return max_offset
 
 
@@ -217,11 +218,11 @@ def training_crops(
     scale = check_scale(scale)
     max_offset = _crop_options(crop_size, crops_per_image, coverage, max_offset, seed, scale, "crops_per_image")
     if reference_source not in REFERENCE_POLICIES:
-        raise ValueError(f"reference_source must be one of {list(REFERENCE_POLICIES)}, got {reference_source!r}")
+        raise UsageError(f"reference_source must be one of {list(REFERENCE_POLICIES)}, got {reference_source!r}")
     needed = ["image"] + (["reference"] if reference_source == "reference" else [])
     missing = [column for column in needed if column not in split.column_names]
     if missing:
-        raise ValueError(f"the split lacks the column(s) {missing}; it has {split.column_names}")
+        raise UsageError(f"the split lacks the column(s) {missing}; it has {split.column_names}")
     columns = needed + (["name"] if "name" in split.column_names else [])
     rows = []
     for index, row in enumerate(split.select_columns(columns)):
@@ -254,13 +255,13 @@ def load_photo(name: str) -> np.ndarray:
         left, right, _ = data.stereo_motorcycle()
         views = {"stereo_motorcycle": left, "stereo_motorcycle_right": right}
         if name not in views:
-            raise ValueError(f"unknown photo {name!r}: the stereo pair is {list(views)}")
+            raise UsageError(f"unknown photo {name!r}: the stereo pair is {list(views)}")
         image = views[name]
     else:
         known = (*TRAIN_PHOTOS, *VALIDATION_PHOTOS, *TEST_PHOTOS)
         if name not in known:
             reason = f" (left out: {EXCLUDED_PHOTOS[name]})" if name in EXCLUDED_PHOTOS else ""
-            raise ValueError(f"unknown photo {name!r}{reason}; known: {[*known, 'stereo_motorcycle_right']}")
+            raise UsageError(f"unknown photo {name!r}{reason}; known: {[*known, 'stereo_motorcycle_right']}")
         image = getattr(data, name)()
     return np.repeat(image[:, :, None], 3, axis=2) if image.ndim == 2 else image[:, :, :3]
 
@@ -290,7 +291,7 @@ def _train_rows(
         count = _crop_count(*photo.shape[:2], crop_size, crops_per_photo, coverage)
         rows += _cut(photo, photo, name, np.random.default_rng([seed, index]), crop_size, count, max_offset)
     if not rows:
-        raise ValueError(f"crop_size={crop_size} is larger than every training photo")
+        raise UsageError(f"crop_size={crop_size} is larger than every training photo")
     return rows
 
 
@@ -341,9 +342,9 @@ def _read_image(path: Path) -> np.ndarray:
             opened.load()
             image = PIL.ImageOps.exif_transpose(opened)
     except (OSError, ValueError, SyntaxError, PIL.Image.DecompressionBombError) as err:  # (Unidentified: OSError)
-        raise ValueError(f"cannot read the image {path}: {err}") from None
+        raise UsageError(f"cannot read the image {path}: {err}") from None
     if image.mode in _HIGH_DEPTH_MODES:
-        raise ValueError(f"{path} has mode {image.mode!r} (more than 8 bits per channel): save it as 8-bit RGB")
+        raise UsageError(f"{path} has mode {image.mode!r} (more than 8 bits per channel): save it as 8-bit RGB")
     return np.asarray(image.convert("RGB"))
 
 
@@ -354,7 +355,7 @@ def _images_by_stem(folder: Path) -> dict[str, Path]:
         if path.name.startswith(".") or not path.is_file() or path.suffix.lower() not in IMAGE_EXTENSIONS:
             continue
         if path.stem in found:
-            raise ValueError(f"{found[path.stem]} and {path} have the same name: an image per name")
+            raise UsageError(f"{found[path.stem]} and {path} have the same name: an image per name")
         found[path.stem] = path
     return found
 
@@ -371,7 +372,7 @@ def _pair(
     if missing_reference == "itself":  # for models that read no reference (IPT)
         image = mod_crop(image, scale, str(hr_path))
         return image, image, hr_path.stem
-    raise ValueError(
+    raise UsageError(
         f"{hr_path} has no reference (no image named {hr_path.stem!r} in {hr_path.parent.parent / 'ref'}): add one, "
         "or pass missing_reference='panned' to make a panned view pair of it"
     )
@@ -381,11 +382,11 @@ def _folder_split(folder: Path, missing_reference: str, scale: int) -> Dataset:
     """A split from ``folder/hr`` and the optional ``folder/ref``, images matched by file stem."""
     images = _images_by_stem(folder / "hr")
     if not images:
-        raise ValueError(f"{folder / 'hr'} holds no images ({', '.join(IMAGE_EXTENSIONS)})")
+        raise UsageError(f"{folder / 'hr'} holds no images ({', '.join(IMAGE_EXTENSIONS)})")
     references = _images_by_stem(folder / "ref") if (folder / "ref").is_dir() else {}
     orphans = sorted(set(references) - set(images))
     if orphans:
-        raise ValueError(f"{references[orphans[0]]} has no HR image: no image named {orphans[0]!r} in {folder / 'hr'}")
+        raise UsageError(f"{references[orphans[0]]} has no HR image: no image named {orphans[0]!r} in {folder / 'hr'}")
     return _columns([_pair(path, references.get(stem), missing_reference, scale) for stem, path in images.items()])
 
 
@@ -395,13 +396,13 @@ def _split_folders(root: Path, split: str) -> dict[str, Path]:
     with_hr = {p.name: p for p in subfolders if (p / "hr").is_dir()}
     if (root / "hr").is_dir():
         if with_hr:
-            raise ValueError(f"{root} holds both hr/ and split folders {sorted(with_hr)}: use one layout")
+            raise UsageError(f"{root} holds both hr/ and split folders {sorted(with_hr)}: use one layout")
         return {split: root}
     for folder in subfolders:
         if (folder / "ref").is_dir() and folder.name not in with_hr:
-            raise ValueError(f"{folder / 'ref'} has no HR folder beside it: expected {folder / 'hr'}")
+            raise UsageError(f"{folder / 'ref'} has no HR folder beside it: expected {folder / 'hr'}")
     if not with_hr:
-        raise ValueError(f"{root} holds neither hr/ nor split folders with hr/ (e.g. {root / 'train' / 'hr'})")
+        raise UsageError(f"{root} holds neither hr/ nor split folders with hr/ (e.g. {root / 'train' / 'hr'})")
     order = [name for name in SPLITS if name in with_hr] + [name for name in with_hr if name not in SPLITS]
     return {name: with_hr[name] for name in order}
 
@@ -435,11 +436,11 @@ def load_restoration_folder(
     """
     scale = check_scale(scale)
     if missing_reference not in MISSING_REFERENCE_POLICIES:
-        raise ValueError(
+        raise UsageError(
             f"missing_reference must be one of {list(MISSING_REFERENCE_POLICIES)}, got {missing_reference!r}"
         )
     root = Path(path)
     if not root.is_dir():
-        raise ValueError(f"{root} is not a folder")
+        raise UsageError(f"{root} is not a folder")
     folders = _split_folders(root, split)
     return DatasetDict({name: _folder_split(folder, missing_reference, scale) for name, folder in folders.items()})

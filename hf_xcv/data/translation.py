@@ -14,6 +14,8 @@ from typing import Any
 import numpy as np
 from datasets import Dataset, DatasetDict, Features, Translation, Value
 
+from ..utils.errors import MissingColumnError, UsageError
+
 SPLITS = ("train", "validation", "test")
 MAX_NUMBER_LIMIT = 10**18 - 1  # the largest with every bucket bound (up to 10**18) inside int64
 
@@ -75,22 +77,22 @@ def _check_languages(source_lang: str, target_lang: str) -> None:
     languages = _num2words().CONVERTER_CLASSES
     for name, lang in (("source_lang", source_lang), ("target_lang", target_lang)):
         if lang not in languages:
-            raise ValueError(f"{name}={lang!r} is not a language of num2words; choose one of {sorted(languages)}")
+            raise UsageError(f"{name}={lang!r} is not a language of num2words; choose one of {sorted(languages)}")
     if source_lang == target_lang:
-        raise ValueError(f"source_lang and target_lang must differ, both are {source_lang!r}")
+        raise UsageError(f"source_lang and target_lang must differ, both are {source_lang!r}")
 
 
 def _check_sizes(train_size: int, validation_size: int, test_size: int, max_number: int) -> None:
     if not isinstance(max_number, int) or not 0 <= max_number <= MAX_NUMBER_LIMIT:
-        raise ValueError(f"max_number must be an int in [0, {MAX_NUMBER_LIMIT}] (int64 numbers), got {max_number!r}")
+        raise UsageError(f"max_number must be an int in [0, {MAX_NUMBER_LIMIT}] (int64 numbers), got {max_number!r}")
     if not isinstance(train_size, int) or train_size < 1:
-        raise ValueError(f"train_size must be a positive int, got {train_size!r}")
+        raise UsageError(f"train_size must be a positive int, got {train_size!r}")
     for name, size in (("validation_size", validation_size), ("test_size", test_size)):
         if not isinstance(size, int) or size < 0:
-            raise ValueError(f"{name} must be a non-negative int, got {size!r}")
+            raise UsageError(f"{name} must be a non-negative int, got {size!r}")
     total = train_size + validation_size + test_size
     if total > max_number + 1:
-        raise ValueError(
+        raise UsageError(
             f"train_size + validation_size + test_size = {total} distinct numbers do not fit in 0..{max_number}: "
             f"lower the sizes or raise max_number to at least {total - 1}"
         )
@@ -136,7 +138,7 @@ def load_number_translation_dataset(
         try:
             _spell([max_number], lang)
         except (OverflowError, NotImplementedError, ValueError) as err:
-            raise ValueError(f"max_number={max_number} is too large for num2words in {lang!r}: {err}") from err
+            raise UsageError(f"max_number={max_number} is too large for num2words in {lang!r}: {err}") from err
     numbers = sample_numbers(train_size + validation_size + test_size, max_number, np.random.default_rng(seed))
     features = Features(
         {
@@ -186,14 +188,14 @@ def tokenize_translation_batch(
     """
     for name, length in (("max_source_length", max_source_length), ("max_target_length", max_target_length)):
         if not isinstance(length, int) or length < 1:
-            raise ValueError(f"{name} must be a positive int, got {length!r}")
+            raise UsageError(f"{name} must be a positive int, got {length!r}")
     if "translation" not in batch:
-        raise KeyError(f"the batch has no 'translation' column, only {sorted(batch)}")
+        raise MissingColumnError(f"the batch has no 'translation' column, only {sorted(batch)}")
     pairs = batch["translation"]
     for name, lang in (("source_lang", source_lang), ("target_lang", target_lang)):
         missing = [index for index, pair in enumerate(pairs) if lang not in pair]
         if missing:
-            raise KeyError(f"{name}={lang!r} is missing from the translation pairs {missing[:10]}")
+            raise MissingColumnError(f"{name}={lang!r} is missing from the translation pairs {missing[:10]}")
     sources = [pair[source_lang] for pair in pairs]
     targets = [pair[target_lang] for pair in pairs]
     inputs = tokenizer(sources, max_length=max_source_length, truncation=True)

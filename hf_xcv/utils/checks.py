@@ -1,9 +1,9 @@
 """The validators of settings: configs' fields, attention entries' ``attention_kwargs``, processors' options.
 
-Each raises a ValueError that names the setting and what it allows, never coercing a wrong type, and returns the
-value it accepted (:func:`check_float` as a float, :func:`check_pair` as a tuple). ``owner`` names what the setting
-belongs to when the name alone does not say it (an attention entry's settings: ``"attention_type='lsh'"``); it
-starts the message.
+Each raises a UsageError (a ValueError that the command line prints in one line) that names the setting and what it
+allows, never coercing a wrong type, and returns the value it accepted (:func:`check_float` as a float,
+:func:`check_pair` as a tuple). ``owner`` names what the setting belongs to when the name alone does not say it (an
+attention entry's settings: ``"attention_type='lsh'"``); it starts the message.
 """
 
 from __future__ import annotations
@@ -15,9 +15,11 @@ from typing import Any
 import numpy as np
 import torch
 
+from .errors import UsageError
 
-def _refuse(owner: str | None, message: str) -> ValueError:
-    return ValueError(f"{owner}: {message}" if owner else message)
+
+def _refuse(owner: str | None, message: str) -> UsageError:
+    return UsageError(f"{owner}: {message}" if owner else message)
 
 
 def is_integer(value: Any) -> bool:

@@ -10,3 +10,10 @@ from __future__ import annotations
 
 class UsageError(ValueError):
     """Input a user gave is wrong in a way they can fix; the message says what is wrong and what to do."""
+
+
+class MissingColumnError(UsageError, KeyError):
+    """A dataset lacks a column or a value a program needs: a KeyError too, which is what a missing key raises."""
+
+    def __str__(self) -> str:  # the message as written, not KeyError's quoted repr
+        return ValueError.__str__(self)

@@ -8,6 +8,7 @@ from typing import Any
 from ...configuration_utils import XcvConfig, check_attention, check_attention_serves
 from ...processing.restoration import RestorationTask, parse_task
 from ...utils.checks import check_bool, check_int, check_positive_float, check_probability
+from ...utils.errors import UsageError
 
 # What IPT's encoder asks of a registry core: its tokens are the 3x3 patches of a square feature map (a 2-D grid),
 # never padded (every tile is whole).
@@ -115,7 +116,7 @@ class IPTConfig(XcvConfig):
     @hidden_size.setter
     def hidden_size(self, value: Any) -> None:
         if value != self.hidden_size:
-            raise ValueError(
+            raise UsageError(
                 f"hidden_size is n_feats * patch_size**2 = {self.hidden_size} (the flattened patches, which the body "
                 f"adds to their embedding), not a setting; got {value!r}"
             )
@@ -135,45 +136,45 @@ class IPTConfig(XcvConfig):
         if task is None:
             if len(self.tasks) == 1:
                 return 0
-            raise ValueError(f"this IPT holds {len(self.tasks)} tasks: choose one with task=, one of {self.tasks}")
+            raise UsageError(f"this IPT holds {len(self.tasks)} tasks: choose one with task=, one of {self.tasks}")
         if task not in self.tasks:
-            raise ValueError(f"unknown task {task!r}; this IPT was built for {self.tasks}")
+            raise UsageError(f"unknown task {task!r}; this IPT was built for {self.tasks}")
         return self.tasks.index(task)
 
     def check(self) -> None:
         tasks = self.tasks
         if not isinstance(tasks, (list, tuple)) or not tasks:
-            raise ValueError(f"tasks must be a non-empty list of task names, got {tasks!r}")
+            raise UsageError(f"tasks must be a non-empty list of task names, got {tasks!r}")
         if len(set(tasks)) != len(tasks):
-            raise ValueError(f"tasks must be distinct, got {tasks!r}")
+            raise UsageError(f"tasks must be distinct, got {tasks!r}")
         if not isinstance(self.task_scales, dict):
-            raise ValueError(f"task_scales must map task names to scales, got {self.task_scales!r}")
+            raise UsageError(f"task_scales must map task names to scales, got {self.task_scales!r}")
         strangers = sorted(set(self.task_scales) - set(tasks))
         if strangers:
-            raise ValueError(f"task_scales names {strangers}, which are not in tasks {list(tasks)}")
+            raise UsageError(f"task_scales names {strangers}, which are not in tasks {list(tasks)}")
         self.restoration_tasks  # noqa: B018  (parses every name: ValueError for a bad one)
         if self.num_channels != 3:
-            raise ValueError(f"num_channels={self.num_channels!r} is not allowed: IPT takes RGB images (3)")
+            raise UsageError(f"num_channels={self.num_channels!r} is not allowed: IPT takes RGB images (3)")
         for name in ("n_feats", "image_size", "patch_size", "num_hidden_layers", "num_attention_heads",
                      "head_kernel_size", "tile_batch_size"):  # fmt: skip
             check_int(name, getattr(self, name))
         check_int("num_head_blocks", self.num_head_blocks, 0)
         check_int("intermediate_size", self.intermediate_size)
         if self.image_size % self.patch_size:
-            raise ValueError(
+            raise UsageError(
                 f"image_size={self.image_size} must be a multiple of patch_size={self.patch_size} (the body cuts the "
                 "feature map into whole patches)"
             )
         if self.hidden_size % self.num_attention_heads:
-            raise ValueError(
+            raise UsageError(
                 f"hidden_size = n_feats * patch_size**2 = {self.hidden_size} is not divisible by "
                 f"num_attention_heads={self.num_attention_heads}"
             )
         if self.head_kernel_size % 2 == 0:
-            raise ValueError(f"head_kernel_size must be odd (same-size convolutions), got {self.head_kernel_size}")
+            raise UsageError(f"head_kernel_size must be odd (same-size convolutions), got {self.head_kernel_size}")
         check_int("tile_overlap", self.tile_overlap, 0)
         if self.tile_overlap >= self.image_size:
-            raise ValueError(
+            raise UsageError(
                 f"tile_overlap={self.tile_overlap} must be smaller than a tile (image_size={self.image_size})"
             )
         check_bool("attention_output_bias", self.attention_output_bias)
@@ -186,10 +187,10 @@ class IPTConfig(XcvConfig):
             isinstance(m, (int, float)) and math.isfinite(m) for m in mean
         )
         if not numbers or len(mean) != 3:
-            raise ValueError(f"image_mean must be three numbers (RGB, as fractions of rgb_range), got {mean!r}")
+            raise UsageError(f"image_mean must be three numbers (RGB, as fractions of rgb_range), got {mean!r}")
         weight = self.contrastive_loss_weight
         if isinstance(weight, bool) or not isinstance(weight, (int, float)) or weight < 0:
-            raise ValueError(f"contrastive_loss_weight must be a number >= 0, got {weight!r}")
+            raise UsageError(f"contrastive_loss_weight must be a number >= 0, got {weight!r}")
         check_positive_float("contrastive_temperature", self.contrastive_temperature)
         heads = self.num_attention_heads
         check_attention(self.attention_type, self.attention_kwargs, self.attention_dropout, heads, self.hidden_size)

@@ -7,6 +7,7 @@ from typing import Any
 from ...configuration_utils import XcvConfig, check_activation, check_attention, check_attention_serves
 from ...layers import SINUSOIDAL_LAYOUTS
 from ...utils.checks import check_bool, check_choice, check_int, check_positive_float, check_probability
+from ...utils.errors import UsageError
 
 POSITION_EMBEDDING_TYPES = ("sinusoidal", "learned")
 # What the encoder-decoder asks of its attention core: padded sources, the causal decoder, attention over the
@@ -116,11 +117,11 @@ class TransformerConfig(XcvConfig):
             check_int(name, getattr(self, name))
         for name in ("encoder_attention_heads", "decoder_attention_heads"):
             if self.d_model % getattr(self, name):
-                raise ValueError(f"d_model={self.d_model} is not divisible by {name}={getattr(self, name)}")
+                raise UsageError(f"d_model={self.d_model} is not divisible by {name}={getattr(self, name)}")
         for name in _FLAGS:
             check_bool(name, getattr(self, name))
         if self.share_encoder_decoder_embeddings and self.decoder_vocab_size != self.vocab_size:
-            raise ValueError(
+            raise UsageError(
                 f"share_encoder_decoder_embeddings=True needs decoder_vocab_size == vocab_size, got "
                 f"{self.decoder_vocab_size} != {self.vocab_size}; set share_encoder_decoder_embeddings=False "
                 "for separate vocabularies"
@@ -147,7 +148,7 @@ class TransformerConfig(XcvConfig):
             value = getattr(self, name)
             if value is None:
                 if name in ("pad_token_id", "decoder_start_token_id"):
-                    raise ValueError(f"{name} must be set: the model pads and starts decoding with it")
+                    raise UsageError(f"{name} must be set: the model pads and starts decoding with it")
                 continue
             check_int(name, value, minimum=0)
             # the pad id pads sources and targets; the others are target tokens
@@ -155,4 +156,4 @@ class TransformerConfig(XcvConfig):
             sizes["decoder_vocab_size"] = self.decoder_vocab_size
             for field, size in sizes.items():
                 if value >= size:
-                    raise ValueError(f"{name}={value} is outside the vocabulary ({field}={size})")
+                    raise UsageError(f"{name}={value} is outside the vocabulary ({field}={size})")

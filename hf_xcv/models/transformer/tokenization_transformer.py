@@ -28,6 +28,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, 
 from transformers import TokenizersBackend
 
 from ...remote_code import RemoteCodeMixin
+from ...utils.errors import UsageError
 
 PAD_TOKEN, BOS_TOKEN, EOS_TOKEN, UNK_TOKEN = "<pad>", "<s>", "</s>", "<unk>"
 SPECIAL_TOKENS = (PAD_TOKEN, BOS_TOKEN, EOS_TOKEN, UNK_TOKEN)  # ids 0..3
@@ -73,7 +74,7 @@ class TransformerTokenizerFast(RemoteCodeMixin, TokenizersBackend):
     @add_bos_token.setter
     def add_bos_token(self, value: bool) -> None:
         if value:
-            raise ValueError(f"{type(self).__name__} never prepends {BOS_TOKEN}: sequences only end with {EOS_TOKEN}")
+            raise UsageError(f"{type(self).__name__} never prepends {BOS_TOKEN}: sequences only end with {EOS_TOKEN}")
 
     @property
     def add_eos_token(self) -> bool:
@@ -82,7 +83,7 @@ class TransformerTokenizerFast(RemoteCodeMixin, TokenizersBackend):
     @add_eos_token.setter
     def add_eos_token(self, value: bool) -> None:
         if not value:
-            raise ValueError(f"{type(self).__name__} always appends {EOS_TOKEN}, to sources and targets alike")
+            raise UsageError(f"{type(self).__name__} always appends {EOS_TOKEN}, to sources and targets alike")
 
 
 def _untrained_backend(model: str) -> Tokenizer:
@@ -161,21 +162,21 @@ def _finalise(backend: Tokenizer, model: str) -> Tokenizer:
 
 def _check_training_arguments(corpus: list[str], vocab_size: int, model: str, min_frequency: int) -> None:
     if model not in TOKENIZER_MODELS:
-        raise ValueError(f"model must be one of {TOKENIZER_MODELS}, got {model!r}")
+        raise UsageError(f"model must be one of {TOKENIZER_MODELS}, got {model!r}")
     if not any(corpus):
-        raise ValueError("texts is empty: the tokenizer needs at least one non-empty sentence to train on")
+        raise UsageError("texts is empty: the tokenizer needs at least one non-empty sentence to train on")
     if not isinstance(vocab_size, int) or vocab_size <= NUM_RESERVED_TOKENS:
-        raise ValueError(
+        raise UsageError(
             f"vocab_size must be an int above {NUM_RESERVED_TOKENS} ({len(SPECIAL_TOKENS)} special tokens and "
             f"{len(BYTE_TOKENS)} byte tokens) to leave room for subwords, got {vocab_size!r}"
         )
     if not isinstance(min_frequency, int) or min_frequency < 0:
-        raise ValueError(f"min_frequency must be a non-negative int, got {min_frequency!r}")
+        raise UsageError(f"min_frequency must be a non-negative int, got {min_frequency!r}")
     if model == "unigram":
         # The unigram trainer keeps every character of the corpus as a piece, budget or not.
         characters = set(" ".join(corpus).replace(" ", _SPACE)) | set(_RESERVED_CHARS)
         if vocab_size < NUM_RESERVED_TOKENS + len(characters):
-            raise ValueError(
+            raise UsageError(
                 f"vocab_size={vocab_size} is too small for model='unigram' on this corpus: its "
                 f"{len(characters)} distinct characters each need a piece, so vocab_size must be at least "
                 f"{NUM_RESERVED_TOKENS + len(characters)} (model='bpe' leaves rare characters to byte fallback)"
@@ -213,7 +214,7 @@ def train_tokenizer(
     corpus = [text for text in texts if text]
     _check_training_arguments(corpus, vocab_size, model, min_frequency)
     if not isinstance(model_max_length, int) or model_max_length < 1:
-        raise ValueError(f"model_max_length must be a positive int, got {model_max_length!r}")
+        raise UsageError(f"model_max_length must be a positive int, got {model_max_length!r}")
     backend = _untrained_backend(model)
     backend.train_from_iterator(corpus, _trainer(model, vocab_size, min_frequency), length=len(corpus))
     return TransformerTokenizerFast(

@@ -7,6 +7,7 @@ from typing import Any
 from ...configuration_utils import XcvConfig, check_attention, check_attention_serves
 from ...processing.restoration import SCALE
 from ...utils.checks import check_int, check_positive_float
+from ...utils.errors import UsageError
 
 # What the texture transfer asks of a registry core when one replaces the hard attention (attention_type set): keys
 # (the degraded reference's patches) come from another image than the queries (the upsampled input's).
@@ -22,7 +23,7 @@ def parse_res_blocks(value: Any) -> list[int]:
     elif isinstance(value, (list, tuple)) and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
         blocks = list(value)
     if len(blocks) != 4 or any(b < 0 for b in blocks):
-        raise ValueError(
+        raise UsageError(
             "num_res_blocks must give the residual blocks of the 4 stages (shallow extractor, x1, x2, x4) as "
             f"'16+16+8+4' or [16, 16, 8, 4] (non-negative integers), got {value!r}"
         )
@@ -89,7 +90,7 @@ class TTSRConfig(XcvConfig):
 
     @num_stages.setter
     def num_stages(self, value: Any) -> None:
-        raise ValueError("num_hidden_layers (num_stages) is TTSR's 3 stages, not a setting")
+        raise UsageError("num_hidden_layers (num_stages) is TTSR's 3 stages, not a setting")
 
     @property
     def num_texture_heads(self) -> int:
@@ -99,7 +100,7 @@ class TTSRConfig(XcvConfig):
 
     @num_texture_heads.setter
     def num_texture_heads(self, value: Any) -> None:
-        raise ValueError("num_attention_heads (num_texture_heads) follows from texture_channels, not a setting")
+        raise UsageError("num_attention_heads (num_texture_heads) follows from texture_channels, not a setting")
 
     def weighted_transfer_heads(self) -> tuple[int, int]:
         """(heads, head width) of a weighted transfer's core: the reference patches' values at the three scales
@@ -116,23 +117,23 @@ class TTSRConfig(XcvConfig):
 
     def check(self) -> None:
         if self.num_channels != 3:
-            raise ValueError(
+            raise UsageError(
                 f"num_channels={self.num_channels!r} is not allowed: TTSR takes RGB images (3; the texture extractor "
                 "normalises with ImageNet's per-channel mean and std)"
             )
         if self.upscale != SCALE:
-            raise ValueError(
+            raise UsageError(
                 f"upscale={self.upscale!r} is not allowed: TTSR is x4 only (its three texture levels and the "
                 "cross-scale feature integration are built for x4)"
             )
         parse_res_blocks(self.num_res_blocks)
         check_int("n_feats", self.n_feats)
         if self.n_feats % 2:
-            raise ValueError(f"n_feats must be even (the last convolution halves it), got {self.n_feats}")
+            raise UsageError(f"n_feats must be even (the last convolution halves it), got {self.n_feats}")
         check_positive_float("res_scale", self.res_scale)
         channels = self.texture_channels
         if not isinstance(channels, (list, tuple)) or len(channels) != 3:
-            raise ValueError(f"texture_channels must be three widths (relu1_1, relu2_1, relu3_1), got {channels!r}")
+            raise UsageError(f"texture_channels must be three widths (relu1_1, relu2_1, relu3_1), got {channels!r}")
         for width in channels:
             check_int("texture_channels", width)
         check_int("relevance_chunk_size", self.relevance_chunk_size, MIN_RELEVANCE_CHUNK)
@@ -140,7 +141,7 @@ class TTSRConfig(XcvConfig):
         check_positive_float("reconstruction_loss_weight", self.reconstruction_loss_weight)
         if self.attention_type is None:
             if self.attention_kwargs:
-                raise ValueError(
+                raise UsageError(
                     "attention_kwargs configure the core of a weighted texture transfer; with attention_type=None "
                     f"(TTSR's hard attention) there is none, got {self.attention_kwargs!r}"
                 )

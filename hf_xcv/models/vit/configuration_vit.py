@@ -7,6 +7,7 @@ from typing import Any
 from ...configuration_utils import XcvConfig, check_activation, check_attention, check_attention_serves
 from ...layers import to_pair
 from ...utils.checks import check_bool, check_choice, check_int, check_positive_float, check_probability, check_size
+from ...utils.errors import UsageError
 
 POOLING_CHOICES = ("cls", "mean")
 # What ViT asks of its attention core: bidirectional attention over the patch grid (the models declare it too).
@@ -79,11 +80,11 @@ class ViTConfig(XcvConfig):
         check_size("patch_size", self.patch_size)
         (h, w), (ph, pw) = to_pair(self.image_size), to_pair(self.patch_size)
         if h % ph or w % pw:
-            raise ValueError(f"image_size {h}x{w} is not divisible by patch_size {ph}x{pw}")
+            raise UsageError(f"image_size {h}x{w} is not divisible by patch_size {ph}x{pw}")
         for name in ("num_channels", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size"):
             check_int(name, getattr(self, name))
         if self.hidden_size % self.num_attention_heads:
-            raise ValueError(
+            raise UsageError(
                 f"hidden_size={self.hidden_size} is not divisible by num_attention_heads={self.num_attention_heads}"
             )
         check_activation("hidden_act", self.hidden_act)
@@ -95,7 +96,7 @@ class ViTConfig(XcvConfig):
         check_choice("pooling", self.pooling, POOLING_CHOICES)
         check_bool("use_cls_token", self.use_cls_token)
         if self.pooling == "cls" and not self.use_cls_token:
-            raise ValueError("pooling='cls' needs use_cls_token=True; use pooling='mean' without a [CLS] token")
+            raise UsageError("pooling='cls' needs use_cls_token=True; use pooling='mean' without a [CLS] token")
         if self.representation_size is not None:
             check_int("representation_size", self.representation_size)
         check_activation("representation_act", self.representation_act)

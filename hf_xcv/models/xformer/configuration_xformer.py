@@ -8,6 +8,7 @@ from typing import Any
 from ...attention import available_attention_types, get_attention_class
 from ...configuration_utils import XcvConfig, check_activation, check_attention
 from ...utils.checks import check_bool, check_choice, check_int, check_positive_float, check_probability
+from ...utils.errors import UsageError
 
 POSITION_EMBEDDING_TYPES = ("learned", "sinusoidal", "none")
 POOLING_TYPES = ("mean", "first", "last", "pma")
@@ -104,7 +105,7 @@ class XFormerConfig(XcvConfig):
         ):
             check_int(name, getattr(self, name))
         if self.hidden_size % self.num_attention_heads:
-            raise ValueError(
+            raise UsageError(
                 f"hidden_size={self.hidden_size} is not divisible by num_attention_heads={self.num_attention_heads}"
             )
         check_activation("hidden_act", self.hidden_act)
@@ -114,26 +115,26 @@ class XFormerConfig(XcvConfig):
         check_positive_float("layer_norm_eps", self.layer_norm_eps)
         check_positive_float("initializer_range", self.initializer_range)
         if not isinstance(self.aux_loss_weight, (int, float)) or isinstance(self.aux_loss_weight, bool):
-            raise ValueError(f"aux_loss_weight must be a number, got {self.aux_loss_weight!r}")
+            raise UsageError(f"aux_loss_weight must be a number, got {self.aux_loss_weight!r}")
         if self.aux_loss_weight < 0:
-            raise ValueError(f"aux_loss_weight must be >= 0, got {self.aux_loss_weight}")
+            raise UsageError(f"aux_loss_weight must be >= 0, got {self.aux_loss_weight}")
         for name in ("reversible", "tie_word_embeddings", "use_cache"):
             check_bool(name, getattr(self, name))
         if isinstance(self.feed_forward_chunk_size, bool) or not isinstance(self.feed_forward_chunk_size, int):
-            raise ValueError(f"feed_forward_chunk_size must be an int >= 0, got {self.feed_forward_chunk_size!r}")
+            raise UsageError(f"feed_forward_chunk_size must be an int >= 0, got {self.feed_forward_chunk_size!r}")
         if self.feed_forward_chunk_size < 0:
-            raise ValueError(
+            raise UsageError(
                 f"feed_forward_chunk_size must be >= 0 (0 = no chunking), got {self.feed_forward_chunk_size}"
             )
         check_choice("pooling", self.pooling, POOLING_TYPES)
         caps = get_attention_class(self.attention_type).capabilities
         if caps.needs_grid:
-            raise ValueError(
+            raise UsageError(
                 f"attention_type={self.attention_type!r} needs a 2-D token grid, which a sequence model does not "
                 "have; use it in ViT"
             )
         if self.reversible and caps.stateful:
-            raise ValueError(
+            raise UsageError(
                 f"reversible=True cannot carry the memory of attention_type={self.attention_type!r}: a reversible "
                 "block recomputes its attention in the backward pass; use reversible=False"
             )
