@@ -10,6 +10,7 @@ import torch
 from transformers.image_processing_backends import PilBackend
 
 from ..remote_code import RemoteCodeMixin
+from ..utils.errors import UsageError
 from .restoration import quantize
 
 # Keys that saved processor configs carry and that hold no setting.
@@ -30,7 +31,7 @@ class FixedPipelineProcessor(RemoteCodeMixin, PilBackend):
         kwargs = {key: value for key, value in kwargs.items() if key not in IGNORED_KEYS}
         unknown = sorted(set(kwargs) - set(self.SETTINGS))
         if unknown:
-            raise ValueError(f"unknown setting(s) {unknown}; {type(self).__name__} takes {list(self.SETTINGS)}")
+            raise UsageError(f"unknown setting(s) {unknown}; {type(self).__name__} takes {list(self.SETTINGS)}")
         super().__init__(**kwargs)
         self.check_settings()
 
@@ -54,12 +55,12 @@ class FixedPipelineProcessor(RemoteCodeMixin, PilBackend):
         tensor = getattr(reconstruction, "reconstruction", reconstruction)
         if not isinstance(tensor, torch.Tensor) or tensor.dim() != 4 or tensor.shape[1] != 3:
             shape = tuple(tensor.shape) if isinstance(tensor, torch.Tensor) else type(tensor).__name__
-            raise ValueError(f"postprocess takes the (batch, 3, height, width) reconstruction, got {shape}")
+            raise UsageError(f"postprocess takes the (batch, 3, height, width) reconstruction, got {shape}")
         if target_sizes is not None and len(target_sizes) != tensor.shape[0]:
-            raise ValueError(f"{len(target_sizes)} target_sizes for {tensor.shape[0]} images")
+            raise UsageError(f"{len(target_sizes)} target_sizes for {tensor.shape[0]} images")
         for index, size in enumerate(target_sizes or ()):
             if len(size) != 2 or not (0 < size[0] <= tensor.shape[2] and 0 < size[1] <= tensor.shape[3]):
-                raise ValueError(
+                raise UsageError(
                     f"target_sizes[{index}] = {tuple(size)} is no (height, width) within the {tensor.shape[2]}x"
                     f"{tensor.shape[3]} reconstruction"
                 )

@@ -15,6 +15,8 @@ import numpy as np
 import PIL.Image
 import torch
 
+from ..utils.errors import UsageError
+
 _CHANNEL_COUNTS = (1, 3, 4)
 
 
@@ -30,18 +32,18 @@ def _split_batch(images: Any) -> list[Any]:
     if isinstance(images, Iterable) and not isinstance(images, single):
         images = list(images)
         if len(images) == 0:
-            raise ValueError("no images given: got an empty list")
+            raise UsageError("no images given: got an empty list")
         return images
     if isinstance(images, (np.ndarray, torch.Tensor)) and images.ndim == 4:
         if images.shape[0] == 0:
-            raise ValueError(f"no images given: got a batch {_describe(images)}")
+            raise UsageError(f"no images given: got a batch {_describe(images)}")
         return list(images)
     return [images]
 
 
 def _pil_to_array(image: PIL.Image.Image, to_rgb: bool) -> np.ndarray:
     if image.width == 0 or image.height == 0:
-        raise ValueError(f"got an empty image of size {image.width}x{image.height}")
+        raise UsageError(f"got an empty image of size {image.width}x{image.height}")
     if to_rgb and image.mode != "RGB":
         image = image.convert("RGB")
     array = np.asarray(image)
@@ -53,13 +55,13 @@ def _channels_first(array: np.ndarray, data_format: str | None) -> np.ndarray:
     if array.ndim == 2:
         return array[None]
     if array.ndim != 3:
-        raise ValueError(
+        raise UsageError(
             f"an image must have 2 dimensions (H, W) or 3 (H, W, C) or (C, H, W); got shape {tuple(array.shape)}"
         )
     if data_format in ("channels_first", "channels_last"):
         first = data_format == "channels_first"
     elif array.shape[0] in _CHANNEL_COUNTS and array.shape[-1] in _CHANNEL_COUNTS:
-        raise ValueError(
+        raise UsageError(
             f"an image of shape {tuple(array.shape)} could be channels-first or channels-last; "
             "pass input_data_format='channels_first' or 'channels_last'"
         )
@@ -68,7 +70,7 @@ def _channels_first(array: np.ndarray, data_format: str | None) -> np.ndarray:
     elif array.shape[-1] in _CHANNEL_COUNTS:
         first = False
     else:
-        raise ValueError(
+        raise UsageError(
             f"cannot find the channel axis of an image of shape {tuple(array.shape)}: "
             f"expected {_CHANNEL_COUNTS} channels first or last"
         )
@@ -92,13 +94,13 @@ def prepare_image(image: Any, to_rgb: bool = True, data_format: str | None = Non
         image = image.detach().cpu()
         image = image.float().numpy() if image.dtype == torch.bfloat16 else image.numpy()
     if not isinstance(image, np.ndarray):
-        raise ValueError(f"expected a PIL image, numpy array or torch tensor, got {_describe(image)}")
+        raise UsageError(f"expected a PIL image, numpy array or torch tensor, got {_describe(image)}")
     array = _channels_first(image, data_format)
     channels, height, width = array.shape
     if height == 0 or width == 0:
-        raise ValueError(f"got an empty image of shape {tuple(image.shape)}")
+        raise UsageError(f"got an empty image of shape {tuple(image.shape)}")
     if channels not in _CHANNEL_COUNTS:
-        raise ValueError(f"an image must have 1, 3 or 4 channels, got {channels} (shape {tuple(image.shape)})")
+        raise UsageError(f"an image must have 1, 3 or 4 channels, got {channels} (shape {tuple(image.shape)})")
     if array.dtype == bool:
         array = array.astype(np.uint8) * 255
     return _to_rgb(array) if to_rgb else array
@@ -107,7 +109,7 @@ def prepare_image(image: Any, to_rgb: bool = True, data_format: str | None = Non
 def prepare_images(images: Any, to_rgb: bool = True, data_format: str | None = None) -> list[np.ndarray]:
     """One image or a batch -> list of (C, H, W) numpy arrays; ValueError naming what was wrong."""
     if images is None:
-        raise ValueError("no images given: got None")
+        raise UsageError("no images given: got None")
     return [prepare_image(image, to_rgb, data_format) for image in _split_batch(images)]
 
 
@@ -123,12 +125,12 @@ def as_uint8(array: np.ndarray, what: str) -> np.ndarray:
     if np.issubdtype(array.dtype, np.floating):
         values = array.astype(np.float64)
         if values.size and not (values.min() >= 0.0 and values.max() <= 1.0):
-            raise ValueError(
+            raise UsageError(
                 f"{what}: float images must hold values in [0, 1] (or pass uint8 0-255), got [{values.min()}, "
                 f"{values.max()}]"
             )
         return np.round(values * 255.0).astype(np.uint8)
-    raise ValueError(f"{what}: expected uint8 (0-255) or float ([0, 1]) images, got dtype {array.dtype}")
+    raise UsageError(f"{what}: expected uint8 (0-255) or float ([0, 1]) images, got dtype {array.dtype}")
 
 
 def prepare_rgb8(images: Any, what: str, to_rgb: bool, data_format: Any, model: str) -> list[np.ndarray]:
@@ -138,17 +140,17 @@ def prepare_rgb8(images: Any, what: str, to_rgb: bool, data_format: Any, model: 
     data_format = getattr(data_format, "value", data_format)
     for index, image in enumerate(images if isinstance(images, (list, tuple)) else [images]):
         if isinstance(image, PIL.Image.Image) and image.mode in HIGH_DEPTH_MODES:
-            raise ValueError(
+            raise UsageError(
                 f"{what} {index} is a PIL image of mode {image.mode!r} (16-bit or float), which RGB conversion "
                 "would clip: convert it to 8-bit RGB, or pass a float array with values in [0, 1]"
             )
     try:
         arrays = prepare_images(images, to_rgb=bool(to_rgb), data_format=data_format)
     except ValueError as err:
-        raise ValueError(f"{what}s: {err}") from None
+        raise UsageError(f"{what}s: {err}") from None
     for index, array in enumerate(arrays):
         if array.shape[0] != 3:
-            raise ValueError(
+            raise UsageError(
                 f"{what} {index} has {array.shape[0]} channels; {model} takes RGB images (do_convert_rgb=True "
                 "converts grayscale, palette and RGBA images)"
             )

@@ -22,6 +22,7 @@ import PIL.Image
 import torch
 from scipy.ndimage import gaussian_filter
 
+from ..utils.errors import UsageError
 from ..utils.generators import RandomSource, as_generator, numpy_generator
 
 # The scale of reference-based super-resolution, TTSR's x4: its texture transformer and cross-scale integration are
@@ -54,29 +55,29 @@ def parse_task(name: str, scale: int | None = None) -> RestorationTask:
     name that is no identifier (lower case, digits, underscores) or an SR factor the upsampler cannot build (powers of
     2, or 3)."""
     if not isinstance(name, str) or not _NAME.fullmatch(name):
-        raise ValueError(
+        raise UsageError(
             f"task name {name!r} is not allowed: lower-case letters, digits and underscores, starting with a letter "
             "(sr_x2, sr_x3, sr_x4, denoise_30, denoise_50, derain, or a name of your own)"
         )
     if match := _SR.fullmatch(name):
         factor = int(match.group(1))
         if factor != 3 and (factor < 2 or factor & (factor - 1)):
-            raise ValueError(f"task {name!r}: the upsampler builds x3 and powers of 2 (x2, x4, x8, ...), not x{factor}")
+            raise UsageError(f"task {name!r}: the upsampler builds x3 and powers of 2 (x2, x4, x8, ...), not x{factor}")
         if scale is not None and scale != factor:
-            raise ValueError(f"task {name!r} is x{factor} super-resolution; a scale of {scale} contradicts its name")
+            raise UsageError(f"task {name!r} is x{factor} super-resolution; a scale of {scale} contradicts its name")
         return RestorationTask(name, "sr", factor)
     if scale is not None and scale != 1 and (_DENOISE.fullmatch(name) or name == "derain"):
-        raise ValueError(f"task {name!r} keeps the image size; a scale of {scale} contradicts its name")
+        raise UsageError(f"task {name!r} keeps the image size; a scale of {scale} contradicts its name")
     if match := _DENOISE.fullmatch(name):
         sigma = int(match.group(1))
         if sigma <= 0:
-            raise ValueError(f"task {name!r}: the noise level must be positive")
+            raise UsageError(f"task {name!r}: the noise level must be positive")
         return RestorationTask(name, "denoise", 1, float(sigma))
     if name == "derain":
         return RestorationTask(name, "derain")
     factor = 1 if scale is None else scale
     if not isinstance(factor, int) or isinstance(factor, bool) or (factor != 3 and factor & (factor - 1)) or factor < 1:
-        raise ValueError(f"task {name!r}: scale must be 1, 3 or a power of 2, got {scale!r}")
+        raise UsageError(f"task {name!r}: scale must be 1, 3 or a power of 2, got {scale!r}")
     return RestorationTask(name, "custom", factor)
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -92,7 +93,7 @@ def bicubic_resize(array: np.ndarray, height: int, width: int) -> np.ndarray:
 
 def check_scale(scale: Any) -> int:
     if isinstance(scale, bool) or not isinstance(scale, int) or scale < 1:
-        raise ValueError(f"scale={scale!r} must be a positive integer")
+        raise UsageError(f"scale={scale!r} must be a positive integer")
     return scale
 
 
@@ -104,7 +105,7 @@ def mod_crop(image: np.ndarray, scale: int = SCALE, name: str = "the image") -> 
     """
     height, width = image.shape[:2]
     if height < scale or width < scale:
-        raise ValueError(f"{name} is {height}x{width}, smaller than the scale {scale} on a side")
+        raise UsageError(f"{name} is {height}x{width}, smaller than the scale {scale} on a side")
     return image[: height - height % scale, : width - width % scale]
 
 
@@ -134,11 +135,11 @@ RAIN_SOFTNESS = 0.6
 def _check_image(image: Any, what: str = "the image") -> None:
     """ValueError unless ``image`` is a non-empty (3, H, W) uint8 array."""
     if not isinstance(image, np.ndarray):
-        raise ValueError(f"{what} must be a (3, H, W) uint8 numpy array, got {type(image).__name__}")
+        raise UsageError(f"{what} must be a (3, H, W) uint8 numpy array, got {type(image).__name__}")
     if image.ndim != 3 or image.shape[0] != 3 or 0 in image.shape:
-        raise ValueError(f"{what} must be a (3, H, W) uint8 array (RGB, channels first), got shape {image.shape}")
+        raise UsageError(f"{what} must be a (3, H, W) uint8 array (RGB, channels first), got shape {image.shape}")
     if image.dtype != np.uint8:
-        raise ValueError(f"{what} must hold uint8 values 0-255, got dtype {image.dtype}")
+        raise UsageError(f"{what} must hold uint8 values 0-255, got dtype {image.dtype}")
 
 
 def bicubic_downscale(hr: np.ndarray, scale: int) -> tuple[np.ndarray, np.ndarray]:
@@ -178,7 +179,7 @@ def add_gaussian_noise(image: np.ndarray, sigma: float, generator: RandomSource 
     """
     _check_image(image)
     if isinstance(sigma, bool) or not isinstance(sigma, (int, float)) or not math.isfinite(sigma) or sigma < 0:
-        raise ValueError(f"sigma={sigma!r} must be a finite number >= 0 (the noise's standard deviation on 0-255)")
+        raise UsageError(f"sigma={sigma!r} must be a finite number >= 0 (the noise's standard deviation on 0-255)")
     generator = as_generator(generator)
     if isinstance(generator, np.random.Generator):
         noisy = image + generator.standard_normal(image.shape) * sigma
@@ -193,9 +194,9 @@ def _range(value: Any, name: str, low: float, high: float = math.inf, integer: b
     kind = int if integer else (int, float)
     if len(values) != 2 or any(isinstance(v, bool) or not isinstance(v, kind) or not math.isfinite(v) for v in values):
         what = "an integer" if integer else "a number"
-        raise ValueError(f"{name}={value!r} must be {what} or a (low, high) pair of them")
+        raise UsageError(f"{name}={value!r} must be {what} or a (low, high) pair of them")
     if values[0] < low or values[1] > high or values[0] > values[1]:
-        raise ValueError(f"{name}={value!r}: values must lie in [{low}, {high}], a range (low, high) with low <= high")
+        raise UsageError(f"{name}={value!r}: values must lie in [{low}, {high}], a range (low, high) with low <= high")
     return values
 
 
@@ -245,7 +246,7 @@ def add_rain_streaks(
     """
     _check_image(image)
     if isinstance(softness, bool) or not isinstance(softness, (int, float)) or not softness >= 0:
-        raise ValueError(f"softness={softness!r} must be a number >= 0 (the Gaussian blur's sigma in pixels)")
+        raise UsageError(f"softness={softness!r} must be a number >= 0 (the Gaussian blur's sigma in pixels)")
     lengths = _range(length, "length", 1, integer=True)
     bright = _range(brightness, "brightness", 0.0)
     rng = numpy_generator(generator)
@@ -285,7 +286,7 @@ def degrade(
     """
     task = parse_task(task) if isinstance(task, str) else task
     if not isinstance(task, RestorationTask):
-        raise ValueError(f"task must be a task name or a RestorationTask, got {type(task).__name__}")
+        raise UsageError(f"task must be a task name or a RestorationTask, got {type(task).__name__}")
     if task.kind == "sr":
         clean, lr = bicubic_downscale(hr, task.scale)
         return lr.astype(np.float32), clean
@@ -293,7 +294,7 @@ def degrade(
         return add_gaussian_noise(hr, task.sigma, generator), hr
     if task.kind == "derain":
         return add_rain_streaks(hr, generator), hr
-    raise ValueError(
+    raise UsageError(
         f"task {task.name!r} is a custom task: hf_xcv does not know its degradation, so bring the degraded images "
         "with their clean targets yourself (image processor: images=degraded, labels=clean)"
     )

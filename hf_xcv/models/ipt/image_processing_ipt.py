@@ -16,6 +16,7 @@ from transformers.processing_utils import ImagesKwargs
 from ...processing import prepare_rgb8
 from ...processing.fixed import FixedPipelineProcessor
 from ...processing.restoration import RestorationTask, degrade, parse_task
+from ...utils.errors import UsageError
 from ...utils.generators import as_generator
 
 SETTINGS = ("rgb_range", "do_convert_rgb")
@@ -31,7 +32,7 @@ class IPTImageProcessorKwargs(ImagesKwargs, total=False):
 def _check_rgb_range(rgb_range: Any) -> None:
     number = not isinstance(rgb_range, bool) and isinstance(rgb_range, (int, float))
     if not number or not math.isfinite(rgb_range) or rgb_range <= 0:
-        raise ValueError(f"rgb_range={rgb_range!r} must be a positive number (255: the official models')")
+        raise UsageError(f"rgb_range={rgb_range!r} must be a positive number (255: the official models')")
 
 
 def _scaled(array: np.ndarray, rgb_range: float) -> np.ndarray:
@@ -47,7 +48,7 @@ def _check_one_size(arrays: list[np.ndarray], what: str, hint: str = "") -> None
     sizes = sorted({tuple(array.shape[-2:]) for array in arrays})
     if len(sizes) > 1:
         named = ", ".join(f"{h}x{w}" for h, w in sizes)
-        raise ValueError(f"the {what} of one batch have different sizes ({named}): process them one by one{hint}")
+        raise UsageError(f"the {what} of one batch have different sizes ({named}): process them one by one{hint}")
 
 
 class IPTImageProcessor(FixedPipelineProcessor):
@@ -111,31 +112,31 @@ class IPTImageProcessor(FixedPipelineProcessor):
         data_format = kwargs.pop("input_data_format", None)
         data_format = getattr(data_format, "value", data_format)
         if kwargs:
-            raise ValueError(f"unknown argument(s) {sorted(kwargs)}; see IPTImageProcessor.preprocess")
+            raise UsageError(f"unknown argument(s) {sorted(kwargs)}; see IPTImageProcessor.preprocess")
         _check_rgb_range(rgb_range)
         task = parse_task(task) if isinstance(task, str) else task
         if task is not None and not isinstance(task, RestorationTask):
-            raise ValueError(f"task must be a task name (sr_x4, denoise_30, derain, ...), got {type(task).__name__}")
+            raise UsageError(f"task must be a task name (sr_x4, denoise_30, derain, ...), got {type(task).__name__}")
         if (seed is not None or generator is not None) and clean_images is None:
-            raise ValueError("seed and generator draw the degradation of clean_images; these inputs are not degraded")
+            raise UsageError("seed and generator draw the degradation of clean_images; these inputs are not degraded")
 
         def coerce(given: Any, what: str) -> list[np.ndarray]:
             return self._coerce(given, what, bool(to_rgb), data_format)
 
         if clean_images is not None:
             if images is not None or labels is not None:
-                raise ValueError("pass clean_images (degraded here into pixel_values and labels) or images, not both")
+                raise UsageError("pass clean_images (degraded here into pixel_values and labels) or images, not both")
             degraded, clean = self._degrade(coerce(clean_images, "clean image"), task, seed, generator)
             data = {"pixel_values": degraded, "labels": clean}
         elif images is None:
-            raise ValueError("pass images (to restore, with labels for pairs), or clean_images with a task to degrade")
+            raise UsageError("pass images (to restore, with labels for pairs), or clean_images with a task to degrade")
         elif labels is not None:
             inputs, targets = coerce(images, "image"), coerce(labels, "label")
             self._check_pairs(inputs, targets, task)
             data = {"pixel_values": inputs, "labels": targets}
         else:
             if task is not None:
-                raise ValueError(
+                raise UsageError(
                     "images are taken as the degraded inputs, as they are: to degrade clean images for a task pass "
                     "clean_images=..., task=...; to check pairs pass labels=... with the task"
                 )
@@ -150,14 +151,14 @@ class IPTImageProcessor(FixedPipelineProcessor):
     ) -> tuple[list[np.ndarray], list[np.ndarray]]:
         """(degraded, clean) lists of the clean images for ``task``, one generator drawn from image to image."""
         if task is None:
-            raise ValueError("clean_images need the task whose degradation to apply: task='sr_x4', 'denoise_30', ...")
+            raise UsageError("clean_images need the task whose degradation to apply: task='sr_x4', 'denoise_30', ...")
         if seed is not None and generator is not None:
-            raise ValueError("pass seed or generator, not both")
+            raise UsageError("pass seed or generator, not both")
         if task.kind == "custom":
             degrade(arrays[0], task)  # raises, saying that the user brings a custom task's degraded images
         for index, array in enumerate(arrays):
             if min(array.shape[1:]) < task.scale:
-                raise ValueError(
+                raise UsageError(
                     f"clean image {index} is {_size(array)}, smaller than the x{task.scale} scale on a side"
                 )
         rng = as_generator(generator if generator is not None else seed)
@@ -170,20 +171,20 @@ class IPTImageProcessor(FixedPipelineProcessor):
     def _check_pairs(inputs: list[np.ndarray], targets: list[np.ndarray], task: RestorationTask | None) -> None:
         """ValueError unless every label is its image's size times one scale (the task's, if given)."""
         if len(inputs) != len(targets):
-            raise ValueError(f"got {len(inputs)} images and {len(targets)} labels: one label (clean image) per image")
+            raise UsageError(f"got {len(inputs)} images and {len(targets)} labels: one label (clean image) per image")
         scale = task.scale if task is not None else None
         for index, (image, label) in enumerate(zip(inputs, targets)):
             (h, w), (lh, lw) = image.shape[1:], label.shape[1:]
             if scale is None:
                 if lh % h or lw % w or lh // h != lw // w:
-                    raise ValueError(
+                    raise UsageError(
                         f"label {index} ({lh}x{lw}) is no whole multiple of image {index} ({h}x{w}), the same on both "
                         "sides: labels are the clean images, the input's size times the task's scale"
                     )
                 scale = lh // h
             if (lh, lw) != (scale * h, scale * w):
                 what = f"task {task.name!r} is x{scale}" if task is not None else f"the batch's first pair is x{scale}"
-                raise ValueError(
+                raise UsageError(
                     f"label {index} is {lh}x{lw} but image {index} is {h}x{w}: {what}, so the label must be "
                     f"{scale * h}x{scale * w}"
                 )

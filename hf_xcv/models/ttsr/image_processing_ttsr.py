@@ -14,6 +14,7 @@ from transformers.processing_utils import ImagesKwargs
 from ...processing import prepare_rgb8
 from ...processing.fixed import FixedPipelineProcessor
 from ...processing.restoration import SCALE, bicubic_resize
+from ...utils.errors import UsageError
 
 MIN_LR_SIDE = 3  # one 3x3 patch of the relevance embedding
 DIVISIBILITY_MODES = ("crop", "pad")
@@ -87,14 +88,14 @@ class TTSRImageProcessor(FixedPipelineProcessor):
     @staticmethod
     def _check_settings(mode: Any, reference_size: Any) -> None:
         if mode not in DIVISIBILITY_MODES:
-            raise ValueError(
+            raise UsageError(
                 f"size_divisibility_mode={mode!r} is not allowed; allowed values: {list(DIVISIBILITY_MODES)}"
             )
         if reference_size is None:
             return
         sides = [reference_size.get(k) for k in ("height", "width")] if isinstance(reference_size, dict) else []
         if len(sides) != 2 or any(isinstance(s, bool) or not isinstance(s, int) or s < 12 or s % SCALE for s in sides):
-            raise ValueError(
+            raise UsageError(
                 'reference_size must be {"height": H, "width": W} with sides that are multiples of 4 and at least 12, '
                 f"got {reference_size!r}"
             )
@@ -122,19 +123,19 @@ class TTSRImageProcessor(FixedPipelineProcessor):
         to_rgb = self.do_convert_rgb if to_rgb is None else to_rgb
         data_format = kwargs.pop("input_data_format", None)
         if kwargs:
-            raise ValueError(f"unknown argument(s) {sorted(kwargs)}; see TTSRImageProcessor.preprocess")
+            raise UsageError(f"unknown argument(s) {sorted(kwargs)}; see TTSRImageProcessor.preprocess")
         self._check_settings(mode, reference_size)
         if (images is None) == (high_resolution_images is None):
-            raise ValueError("pass either images (low-resolution) or high_resolution_images (to degrade), not both")
+            raise UsageError("pass either images (low-resolution) or high_resolution_images (to degrade), not both")
         if references is None:
-            raise ValueError("TTSR needs a reference image for every image (references=...)")
+            raise UsageError("TTSR needs a reference image for every image (references=...)")
         given = images if images is not None else high_resolution_images
         arrays = self._coerce(given, "image", to_rgb, data_format)
         refs = self._coerce(references, "reference", to_rgb, data_format)
         if len(refs) == 1 and len(arrays) > 1:
             refs = refs * len(arrays)
         if len(refs) != len(arrays):
-            raise ValueError(f"got {len(arrays)} images and {len(refs)} references: one reference per image (or one)")
+            raise UsageError(f"got {len(arrays)} images and {len(refs)} references: one reference per image (or one)")
         refs = [_fit_to_multiple(ref, mode) for ref in refs]
         labels = None
         if high_resolution_images is not None:
@@ -183,17 +184,17 @@ class TTSRImageProcessor(FixedPipelineProcessor):
         for index, (lr, ref) in enumerate(zip(images, references)):
             (h, w), (rh, rw) = lr.shape[-2:], ref.shape[-2:]
             if min(h, w) < MIN_LR_SIDE or min(rh, rw) < SCALE * MIN_LR_SIDE:
-                raise ValueError(
+                raise UsageError(
                     f"image {index}: the low-resolution image ({h}x{w}) and the reference ({rh}x{rw}, after cropping "
                     "to multiples of 4) must be at least 3x3 and 12x12: one 3x3 patch of TTSR's relevance embedding"
                 )
             if h * w > rh * rw:
-                raise ValueError(
+                raise UsageError(
                     f"image {index}: the low-resolution image ({h}x{w}) is larger than its reference ({rh}x{rw}); the "
                     "reference is a high-resolution image of similar content (images and references swapped?)"
                 )
             if reference_size is not None and (rh > reference_size["height"] or rw > reference_size["width"]):
-                raise ValueError(
+                raise UsageError(
                     f"reference {index} is {rh}x{rw}, larger than the {reference_size['height']}x"
                     f"{reference_size['width']} canvas this processor was told (reference_size); crop it or pass a "
                     "larger reference_size"
@@ -202,7 +203,7 @@ class TTSRImageProcessor(FixedPipelineProcessor):
             sizes = sorted({tuple(a.shape[-2:]) for a in arrays})
             if len(sizes) > 1 and not (what == "references" and reference_size is not None):
                 hint = " or pass reference_size to batch them on one canvas" if what == "references" else ""
-                raise ValueError(f"the {what} of one batch have different sizes {sizes}: process them one by one{hint}")
+                raise UsageError(f"the {what} of one batch have different sizes {sizes}: process them one by one{hint}")
 
     # ------------------------------------------------------------------------------------------------------------
     # postprocessing
