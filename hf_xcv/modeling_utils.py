@@ -50,6 +50,7 @@ from .conversion import (
     load_state_dict,
     split_hub_kwargs,
 )
+from .integrations.peft import hold_frozen_batch_norms
 from .layers import SinusoidalPositionEmbedding, check_pixel_tensor, sinusoidal_table
 from .model_card import card_to_push, card_to_save, loaded_checkpoint
 from .registry import convertible_sources, find_converter
@@ -215,6 +216,13 @@ class XcvPreTrainedModel(PreTrainedModel):
         # attention_type None: the model's own attention, no registry core (TTSR's hard attention)
         if self.attention_requests is not None and getattr(config, "attention_type", None) is not None:
             check_attention_serves(config.attention_type, self.attention_requests, self.attention_role)
+
+    def train(self, mode: bool = True) -> XcvPreTrainedModel:
+        """``nn.Module.train``, except that a BatchNorm whose parameters are frozen (by peft, ``freeze_backbone``,
+        frozen backbone stages) stays in eval mode: it keeps its running statistics, which an adapter does not save
+        (:func:`hf_xcv.integrations.peft.hold_frozen_batch_norms`)."""
+        super().train(mode)
+        return hold_frozen_batch_norms(self) if mode else self
 
     def take_kwargs(self, kwargs: dict[str, Any]) -> dict[str, Any]:
         """The keyword arguments of a ``forward(**kwargs)`` call that this model honours (``_honoured_kwargs``,
