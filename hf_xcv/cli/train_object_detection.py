@@ -4,6 +4,7 @@ GPUs.
 
     hf-xcv-train object-detection --output_dir runs/shapes        (or python -m hf_xcv.train ...)
     hf-xcv-train object-detection --preset deformable-detr-shapes --output_dir runs/deformable-shapes
+    hf-xcv-train object-detection --dataset cppe-5 --model_name_or_path facebook/detr-resnet-50 --output_dir runs/cppe
     hf-xcv-train object-detection --dataset path/to/coco --preset detr-resnet-50 \
         --backbone_checkpoint path/to/resnet-50 --shortest_edge 800 --longest_edge 1333 --output_dir runs/coco
     accelerate launch --num_processes 2 -m hf_xcv.train object-detection --output_dir runs/ddp
@@ -14,9 +15,17 @@ The model: a preset (``--preset``, detr-shapes without it; DETR and Deformable D
 model type decides) or a checkpoint to fine-tune (``--model_name_or_path``: an hf_xcv folder or Hub repo, or a
 transformers ``detr`` / ``deformable_detr`` one, converted on load; its config.json's model_type decides).
 
-Data: the built-in shapes scenes (``--dataset shapes``), a COCO folder (``annotations/instances_<split>.json`` and
-``<split>/`` images) or a ``save_to_disk`` DatasetDict in the same layout. The original recipe of the model type is
-the default (``--learning_rate``, ``--lr_backbone`` and ``--lr_drop`` left unset take the model type's values):
+Data (``--dataset``): the built-in shapes scenes (``shapes``), a Hub detection dataset (``cppe-5``: rows with
+``image``, ``image_id``, ``width``, ``height`` and ``objects = {"id", "area", "bbox", "category"}``, COCO
+``[x, y, width, height]`` boxes in pixels, ``category`` a ``ClassLabel``) or a ``save_to_disk`` folder of one (in that
+layout or COCO's ``annotations``), a COCO folder (``annotations/instances_<split>.json`` and ``<split>/`` images), or
+an image folder with a ``metadata.jsonl`` of ``{"file_name", "objects": {"bbox", "category"}}`` lines (one per
+image; at its top, or in each split's folder). Split names are recognised by what they say (``val``, ``valid``,
+``validation`` and ``val2017`` alike): mAP is measured on the validation split, or on the test split where there is
+none (cppe-5 has train and test), and the run says which. Every row is checked before the run starts. Category ids are
+the class indices (COCO's 1..90 make 91 classes); ``id2label`` names the unused ids ``"N/A (<id>)"`` and ``label2id``
+holds only the real categories. The original recipe of the model type is the default (``--learning_rate``,
+``--lr_backbone`` and ``--lr_drop`` left unset take the model type's values):
 
 * DETR: AdamW at lr 1e-4 for the transformer and ``--lr_backbone`` 1e-5 for the backbone stages it trains, the
   learning rate divided by 10 after ``--lr_drop`` 2/3 of the run (200 of 300 epochs);
@@ -45,7 +54,7 @@ import numpy as np
 import torch
 from accelerate import Accelerator
 from accelerate.utils import gather_object
-from datasets import DatasetDict, load_from_disk
+from datasets import DatasetDict
 from huggingface_hub import ModelCard
 from torch.utils.data import DataLoader
 from transformers import HfArgumentParser
@@ -53,14 +62,17 @@ from transformers import HfArgumentParser
 import hf_xcv
 from hf_xcv.configuration_utils import check_known_fields
 from hf_xcv.conversion import load_config_dict
-from hf_xcv.data import detection_label_names, load_coco_detection, load_shapes_dataset
-from hf_xcv.data.detection import DetectionCollator, detection_transform
+from hf_xcv.data import detection_label_names, load_shapes_dataset
+from hf_xcv.data.coco import find_split, load_detection_dataset
+from hf_xcv.data.detection import DetectionCollator, check_detection_dataset, detection_transform, row_annotations
+from hf_xcv.data.shapes import detection_label_maps
 from hf_xcv.losses import box_cxcywh_to_xyxy
 from hf_xcv.metrics import MeanAveragePrecision
 from hf_xcv.presets import PRESETS
 from hf_xcv.processing.detection import DetectionImageProcessor
 from hf_xcv.registry import MODEL_TYPES, TrainingRecipe, converted_types
 from hf_xcv.training import TEMPLATES, TrainerState, runner
+from hf_xcv.utils.errors import UsageError
 from hf_xcv.visualization import detection_grid, draw_detections
 
 TEMPLATE = TEMPLATES / "object_detection.md"
@@ -112,15 +124,24 @@ class ModelArguments:
 @dataclass
 class DataArguments:
     dataset: str = field(
-        default="shapes", metadata={"help": "'shapes' (built in), a COCO folder, or a save_to_disk DatasetDict"}
+        default="shapes",
+        metadata={
+            "help": "'shapes' (built in), a Hub detection dataset id (cppe-5) or a save_to_disk folder of one, a COCO "
+            "folder, or an image folder with a metadata.jsonl"
+        },
     )
     shapes_train_size: int = field(default=2000, metadata={"help": "images of the built-in train split"})
     shortest_edge: int = field(default=96, metadata={"help": "resize: shortest side (the original: 800)"})
     longest_edge: int = field(default=128, metadata={"help": "resize: longest side at most (the original: 1333)"})
     augment: bool = field(default=True, metadata={"help": "the original's flips, multi-scale resizes and crops"})
     max_train_samples: int | None = None
-    eval_split: str = "validation"
-    test_split: str = "test"
+    train_split: str | None = field(default=None, metadata={"help": "unset: the split named train (or train2017...)"})
+    eval_split: str | None = field(
+        default=None, metadata={"help": "the split mAP is measured on; unset: validation / val / valid, else test"}
+    )
+    test_split: str | None = field(
+        default=None, metadata={"help": "the split the card reports; unset: test, else the evaluation split"}
+    )
     pictures: int = field(default=8, metadata={"help": f"test images drawn into {PICTURES} (0: none)"})
     picture_threshold: float = field(default=0.5, metadata={"help": f"the score above which {PICTURES} draws a box"})
 
@@ -191,15 +212,47 @@ def with_recipe(args: TrainArguments, model_type: str) -> TrainArguments:
     return replace(args, **{key: value for key, value in defaults.items() if getattr(args, key) is None})
 
 
-def load_data(args: DataArguments, seed: int) -> DatasetDict:
+def resolve_splits(data: DatasetDict, args: DataArguments) -> DataArguments:
+    """``args`` with the splits the run trains, evaluates and tests on named: those given, else the ones whose names
+    say so (``val`` / ``valid`` / ``validation``; evaluation falls back on the test split, the test on the evaluation
+    split)."""
+    name = args.dataset
+    train = find_split(data, "train", args.train_split, name)
+    if train is None:
+        raise UsageError(f"dataset {name!r} has no train split; its splits: {list(data)} (name one: --train_split)")
+    evaluation = find_split(data, "validation", args.eval_split, name) or find_split(data, "test", None, name)
+    if evaluation is None:
+        raise UsageError(
+            f"dataset {name!r} has no validation or test split to measure mAP on; its splits: {list(data)} (name one: "
+            "--eval_split)"
+        )
+    test = find_split(data, "test", args.test_split, name) or evaluation
+    return replace(args, train_split=train, eval_split=evaluation, test_split=test)
+
+
+def load_data(args: DataArguments, seed: int) -> tuple[DatasetDict, DataArguments]:
+    """The dataset (the train split cut to ``max_train_samples``), every row of the splits used checked; and
+    ``args`` with those splits named (:func:`resolve_splits`)."""
     if args.dataset == "shapes":
         data = load_shapes_dataset(num_train=args.shapes_train_size, seed=seed)
-    elif Path(args.dataset, "dataset_dict.json").exists():
-        data = load_from_disk(args.dataset)
     else:
-        data = load_coco_detection(args.dataset)
-    splits = ("train", args.eval_split, args.test_split)
-    return runner.require_splits(data, args.dataset, splits, args.max_train_samples, None, seed, None)
+        data = load_detection_dataset(args.dataset)
+    args = resolve_splits(data, args)
+    used = dict.fromkeys((args.train_split, args.eval_split, args.test_split))
+    data = DatasetDict({split: data[split] for split in used})
+    if args.max_train_samples is not None:
+        train = data[args.train_split]
+        data[args.train_split] = train.select(range(min(args.max_train_samples, len(train))))
+    check_detection_dataset(data, detection_label_names(data), args.dataset)
+    return data, args
+
+
+def splits_line(args: DataArguments, chosen: bool = False) -> str:
+    """What the run says of its splits (``args`` resolved; ``chosen``: the evaluation split was named by the user)."""
+    test = f", the card's results on {args.test_split!r}" if args.test_split != args.eval_split else ""
+    fallback = not chosen and find_split({args.eval_split: 0}, "test") is not None
+    reason = " (the dataset has no validation split)" if fallback else ""
+    return f"training on split {args.train_split!r}, measuring mAP on {args.eval_split!r}{reason}{test}"
 
 
 def build_processor(args: DataArguments, num_labels: int, model_type: str = "xcv_detr") -> DetectionImageProcessor:
@@ -224,9 +277,8 @@ def build_model(args: ModelArguments, labels: list[str]) -> torch.nn.Module:
     model_type = model_type_of(args)
     entry = MODEL_TYPES[model_type]
     model_class = entry.heads["AutoModelForObjectDetection"]
-    id2label = dict(enumerate(labels))
-    overrides: dict[str, Any] = {"num_labels": len(labels), "id2label": id2label}
-    overrides["label2id"] = {name: index for index, name in id2label.items()}
+    id2label, label2id = detection_label_maps(labels)  # class index = category id; label2id the real ones only
+    overrides: dict[str, Any] = {"num_labels": len(labels), "id2label": id2label, "label2id": label2id}
     if args.attention_type:
         overrides["attention_type"] = args.attention_type
     overrides.update(runner.parse_overrides(args.config_overrides))
@@ -289,7 +341,7 @@ def build_dataloaders(
     """Train (augmented, reproducibly per epoch), eval and test loaders; and the train transform."""
     train_transform = detection_transform(processor, augment=data_args.augment, seed=args.seed)
     plain = detection_transform(processor)
-    splits = [data["train"].with_transform(train_transform)]
+    splits = [data[data_args.train_split].with_transform(train_transform)]
     splits += [data[split].with_transform(plain) for split in (data_args.eval_split, data_args.test_split)]
     return runner.build_dataloaders(splits, args, DetectionCollator(processor)), train_transform
 
@@ -367,12 +419,12 @@ def draw_pictures(
         inputs = processor(row["image"], return_tensors="pt")
         with torch.no_grad():
             outputs = model(**{k: v.to(model.device) for k, v in inputs.items()})
-        size = torch.tensor([[row["height"], row["width"]]])
+        size = torch.tensor([row["image"].size[::-1]])  # (height, width) of the image as decoded
         found = processor.post_process_object_detection(outputs, threshold=threshold, target_sizes=size)[0]
-        truth = [a for a in row["annotations"]]
+        truth = row_annotations(row)
         boxes = [[x, y, x + w, y + h] for x, y, w, h in (a["bbox"] for a in truth)]
         ground_truth = {"boxes": np.array(boxes).reshape(-1, 4), "labels": [a["category_id"] for a in truth]}
-        ground_truth["iscrowd"] = [a["iscrowd"] for a in truth]
+        ground_truth["iscrowd"] = [a.get("iscrowd", 0) for a in truth]
         tiles.append(
             draw_detections(
                 row["image"], found["boxes"], found["labels"], found["scores"], names, ground_truth=ground_truth
@@ -385,7 +437,9 @@ def model_card(model, results, args: TrainArguments, model_args, data_args: Data
     split = data_args.test_split
     metrics = {k: v for k, v in results[split].items() if k.startswith(("map", "mar")) and v >= 0}
     recipe = RECIPES[model.config.model_type]
-    family = {"family": recipe.name, "paper": recipe.paper, "scores": recipe.notes["scores"]}
+    label2id = model.config.label2id
+    classes = sorted(label2id, key=label2id.get)  # the real categories, in class-id order
+    family = {"family": recipe.name, "paper": recipe.paper, "scores": recipe.notes["scores"], "classes": classes}
     return runner.run_model_card(
         TEMPLATE, model, args, results, argv, task="object-detection", split=split, metrics=metrics,
         dataset=data_args.dataset, built_in=("shapes", "hf-xcv-shapes"), base_model=model_args.model_name_or_path,
@@ -396,10 +450,12 @@ def model_card(model, results, args: TrainArguments, model_args, data_args: Data
 def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     argv = sys.argv[1:] if argv is None else argv
     model_args, data_args, args = parse_args(argv)
+    chosen = data_args.eval_split is not None  # named by the user, or found by load_data
     model_type = model_type_of(model_args)  # these two before the run folder is claimed: a bad preset, checkpoint
-    data = load_data(data_args, args.seed)  # or dataset leaves nothing behind
+    data, data_args = load_data(data_args, args.seed)  # or dataset leaves nothing behind
     args = with_recipe(args, model_type)  # the rates the run uses, as the run record and the card show them
     accelerator, out = runner.start_run(args, model=model_args, data=data_args)
+    accelerator.print(splits_line(data_args, chosen))
     with runner.setting_up(accelerator, out):
         labels = detection_label_names(data)
         model = build_model(model_args, labels)

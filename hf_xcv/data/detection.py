@@ -1,4 +1,5 @@
-"""Object-detection data: COCO-layout ``datasets`` rows -> DETR examples, and a collator that pads them.
+"""Object-detection data: ``datasets`` rows in COCO's layout (``annotations``) or the Hub's (``objects``) -> DETR
+examples, a check of every row before training, and a collator that pads the examples.
 
 Boxes in the labels are relative to each image's unpadded size (see ``XcvDetrImageProcessor``), so padding a
 batch changes the pixels and the mask, never the labels.
@@ -14,7 +15,12 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..processing.detection import coco_annotations
+from ..utils.errors import UsageError
+from .shapes import GAP_NAME, annotation_column
+
 Processor = Callable[..., Any]
+_NAMED_AT_MOST = 5  # problems named in an error; the rest are counted
 
 
 def _pad_hw(pad_size: Any) -> tuple[int, int] | None:
@@ -123,14 +129,18 @@ class DetectionTransform:
         return np.random.default_rng([self.seed, self.epoch, key, visit])
 
     def __call__(self, batch: Mapping[str, list]) -> dict[str, list]:
-        missing = [column for column in ("image", "image_id", "annotations") if column not in batch]
+        column = next((c for c in ("annotations", "objects") if c in batch), None)
+        missing = [c for c in ("image", "image_id") if c not in batch] + ([] if column else ["annotations or objects"])
         if missing:
-            raise KeyError(f"the dataset has no column(s) {missing}; columns: {sorted(batch)}")
+            raise UsageError(
+                f"the dataset has no column(s) {missing}; columns: {sorted(batch)} (with Trainer, set "
+                "remove_unused_columns=False: the transform needs the raw columns)"
+            )
         pixel_values, labels = [], []
-        for image, image_id, objects in zip(batch["image"], batch["image_id"], batch["annotations"]):
+        for image, image_id, objects in zip(batch["image"], batch["image_id"], batch[column]):
             out = self.image_processor(
                 image,
-                annotations={"image_id": image_id, "annotations": objects},
+                annotations={"image_id": image_id, column: objects},
                 return_tensors="pt",
                 do_augment=self.augment,
                 do_pad=False,  # the collator pads the batch
@@ -144,12 +154,13 @@ class DetectionTransform:
 def detection_transform(
     image_processor: Processor, augment: bool = False, seed: int | None = None
 ) -> DetectionTransform:
-    """A function for ``datasets.Dataset.with_transform`` turning COCO-layout rows into DETR examples.
+    """A function for ``datasets.Dataset.with_transform`` turning detection rows into DETR examples.
 
-    Rows have ``image`` (PIL image, array or tensor), ``image_id`` (int) and ``annotations``: a list of dicts or
-    a dict of lists with ``bbox`` ([x, y, width, height] pixels), ``category_id``, ``area``, ``iscrowd`` and
-    ``id``. Each row becomes ``pixel_values`` ((3, H, W) float32, unpadded: :class:`DetectionCollator` pads) and
-    ``labels`` (the processor's dict of tensors).
+    Rows have ``image`` (PIL image, array or tensor), ``image_id`` (int) and either ``annotations`` (COCO's
+    layout: a list of dicts or a dict of lists with ``bbox`` ([x, y, width, height] pixels), ``category_id``,
+    ``area``, ``iscrowd`` and ``id``) or ``objects`` (the Hub's detection datasets', e.g. cppe-5: ``bbox``,
+    ``category`` (the ``ClassLabel``'s ids), ``area``, ``id``). Each row becomes ``pixel_values`` ((3, H, W)
+    float32, unpadded: :class:`DetectionCollator` pads) and ``labels`` (the processor's dict of tensors).
 
     Args:
         image_processor: an ``XcvDetrImageProcessor`` (anything with its call signature).
@@ -159,3 +170,71 @@ def detection_transform(
     With ``Trainer``, set ``remove_unused_columns=False``: the transform needs the raw columns.
     """
     return DetectionTransform(image_processor, augment=augment, seed=seed)
+
+
+# ----------------------------------------------------------------------------------------------- checking rows
+
+
+def row_annotations(row: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """A detection row's boxes as COCO annotation dicts (``bbox`` ``[x, y, w, h]``, ``category_id``, ...), from its
+    ``annotations`` or its ``objects``."""
+    column = "annotations" if "annotations" in row else "objects"
+    return coco_annotations({"image_id": row.get("image_id", -1), column: row.get(column)})[1]
+
+
+def _row_problem(row: Mapping[str, Any], column: str, label_names: list[str]) -> str | None:
+    """What is wrong with one row's boxes (the first thing found), or None."""
+    try:
+        annotations = coco_annotations({"image_id": row["image_id"], column: row[column]})[1]
+    except UsageError as err:
+        return str(err)
+    size = (row.get("width"), row.get("height"))
+    for k, obj in enumerate(annotations):
+        box, category = obj.get("bbox"), obj.get("category_id")
+        numbers = isinstance(box, Sequence) and len(box) == 4
+        if not (numbers and all(isinstance(v, int | float) and np.isfinite(v) for v in box) and min(box[2:]) >= 0):
+            return f"object {k} has bbox {box!r}: expected [x, y, width, height], 4 finite numbers, sizes >= 0"
+        if not (isinstance(category, int) and 0 <= category < len(label_names) and label_names[category] != GAP_NAME):
+            real = len([name for name in label_names if name != GAP_NAME])
+            return f"object {k} has category {category!r}, not one of the dataset's {real} categories (its ClassLabel)"
+        if all(isinstance(v, int) for v in size):  # empty once clipped to the image: the processor refuses it
+            x0, y0 = max(box[0], 0), max(box[1], 0)
+            if min(box[0] + box[2], size[0]) <= x0 or min(box[1] + box[3], size[1]) <= y0:
+                return f"object {k} has bbox {list(box)}, empty inside the {size[0]}x{size[1]} (width x height) image"
+    return None
+
+
+def check_detection_dataset(data: Mapping[str, Any], label_names: list[str], name: str = "the dataset") -> None:
+    """Refuse a detection ``DatasetDict`` with a row the training would fail on, before anything starts.
+
+    Every row of every split: ``image_id`` an integer, unique in its split; its boxes 4 finite numbers
+    ``[x, y, width, height]`` not empty inside the image (when the row has ``width`` and ``height``); categories ids
+    of ``label_names`` (the dataset's ``ClassLabel``, ``"N/A"`` marking unused ids). Reads the annotation columns
+    only, not the images.
+
+    Raises:
+        UsageError: naming the split and the images (``image_id``) of the first problems found, and their count.
+    """
+    for split, dataset in data.items():
+        column = annotation_column(dataset)
+        wanted = [c for c in ("image_id", column, "width", "height") if c in dataset.column_names]
+        if "image_id" not in wanted:
+            raise UsageError(f"split {split!r} of {name} has no 'image_id' column: each image needs an integer id")
+        rows = dataset.with_format(None).select_columns(wanted)
+        problems, seen = [], set()
+        for row in rows:
+            image_id = row["image_id"]
+            if not isinstance(image_id, int) or image_id in seen:
+                problem = "is not an integer" if not isinstance(image_id, int) else "is not unique in the split"
+                problems.append(f"image_id {image_id!r} {problem}")
+                continue
+            seen.add(image_id)
+            problem = _row_problem(row, column, label_names)
+            if problem is not None:
+                problems.append(problem if problem.startswith("image_id") else f"image_id {image_id}: {problem}")
+        if problems:
+            more = f" (and {len(problems) - _NAMED_AT_MOST} more)" if len(problems) > _NAMED_AT_MOST else ""
+            raise UsageError(
+                f"split {split!r} of {name} has {len(problems)} bad row(s){more}: "
+                + "; ".join(problems[:_NAMED_AT_MOST])
+            )

@@ -36,6 +36,8 @@ import numpy as np
 import PIL.Image
 from datasets import ClassLabel, Dataset, DatasetDict, Features, Image, List, Value
 
+from ..utils.errors import UsageError
+
 SHAPE_CATEGORIES = ["circle", "square", "triangle", "cross"]
 SPLITS = ("train", "validation", "test")
 GAP_NAME = "N/A"  # the name of an unused category id (the original DETR's convention for COCO's gaps)
@@ -99,33 +101,81 @@ def _is_gap(name: str) -> bool:
     return name.startswith(f"{GAP_NAME} (") and name.endswith(")") and name[len(GAP_NAME) + 2 : -1].isdigit()
 
 
+def annotation_column(dataset: Any) -> str:
+    """The column holding a detection dataset's boxes: ``"annotations"`` (COCO's layout, :func:`detection_features`)
+    or ``"objects"`` (the layout of the Hub's detection datasets: ``{"bbox", "category", "area", "id"}`` per image)."""
+    columns = getattr(dataset, "column_names", None) or []
+    for column in ("annotations", "objects"):
+        if column in columns:
+            return column
+    raise UsageError(
+        f"{getattr(dataset, 'split', None) or 'the dataset'} has neither an 'annotations' column (COCO's layout) nor "
+        f"an 'objects' column (a Hub detection dataset's: {{'bbox': [[x, y, w, h], ...], 'category': [...]}}); "
+        f"columns: {columns}"
+    )
+
+
+def _category_feature(features: Any, column: str) -> Any:
+    """The feature of the category of one box: ``annotations.category_id``, or ``objects.category`` whether
+    ``objects`` is a dict of lists (``datasets``' ``Sequence`` of a dict) or a list of dicts (``List`` of a dict)."""
+    key = "category_id" if column == "annotations" else "category"
+    boxes = features[column]
+    if isinstance(boxes, dict):  # a dict of lists
+        return boxes[key].feature
+    return boxes.feature[key]
+
+
 def _split_label_names(dataset: Any, where: str) -> list[str]:
     features = getattr(dataset, "features", None)
+    column = next((c for c in ("annotations", "objects") if features is not None and c in features), None)
+    key = "objects.category" if column == "objects" else "annotations.category_id"
     try:
-        category = features["annotations"].feature["category_id"]
+        category = _category_feature(features, column)
     except (KeyError, TypeError, AttributeError):
-        raise ValueError(f"{where} has no 'annotations' list with a 'category_id' feature") from None
+        raise UsageError(
+            f"{where} has no 'annotations' list with a 'category_id' feature (COCO's layout) nor 'objects' with a "
+            "'category' feature (a Hub detection dataset's)"
+        ) from None
     if not isinstance(category, ClassLabel):
-        raise ValueError(f"{where}: annotations.category_id is {category}, not a ClassLabel carrying the names")
+        raise UsageError(
+            f"{where}: {key} is {category}, not a ClassLabel carrying the names of the categories; cast it to one "
+            f"(its integers are the class ids), e.g. ClassLabel(names=[...])"
+        )
     return [GAP_NAME if _is_gap(name) else name for name in category.names]
 
 
 def detection_label_names(data: Dataset | DatasetDict | Mapping[str, Dataset]) -> list[str]:
-    """The category names of a detection dataset, indexed by ``category_id``, ``"N/A"`` at unused ids.
+    """The category names of a detection dataset, indexed by category id, ``"N/A"`` at unused ids.
 
-    Read from the features, so they survive ``save_to_disk``/``load_from_disk``, ``with_transform`` and ``map``.
-    For a ``DatasetDict`` every split must carry the same names.
+    Read from the features (``annotations.category_id``'s ``ClassLabel``, or ``objects.category``'s in the Hub's
+    layout), so they survive ``save_to_disk``/``load_from_disk``, ``with_transform`` and ``map``. For a
+    ``DatasetDict`` every split must carry the same names.
     """
     if not isinstance(data, Mapping):
         return _split_label_names(data, "the dataset")
     if not data:
-        raise ValueError("the DatasetDict has no splits")
+        raise UsageError("the DatasetDict has no splits")
     per_split = {name: _split_label_names(split, f"split {name!r}") for name, split in data.items()}
     first_split, names = next(iter(per_split.items()))
     for split, other in per_split.items():
         if other != names:
-            raise ValueError(f"splits {first_split!r} and {split!r} have different categories: {names} vs {other}")
+            raise UsageError(f"splits {first_split!r} and {split!r} have different categories: {names} vs {other}")
     return names
+
+
+def detection_label_maps(label_names: list[str]) -> tuple[dict[int, str], dict[str, int]]:
+    """A detector config's ``id2label`` and ``label2id`` for ``label_names`` (indexed by category id, ``"N/A"`` at
+    the ids no category uses, as :func:`detection_label_names` gives them).
+
+    The class index is the category id (the original DETR's convention: COCO's ids 1..90 make 91 classes), so
+    ``id2label`` has every id below the largest, as transformers derives ``num_labels`` from its length (and its
+    pipeline names every predicted class through it); an unused id is named ``"N/A (<id>)"``, one name per id, so
+    a prediction of it is named and per-class metrics stay apart. ``label2id`` holds the real categories only: the
+    inverse of ``id2label`` on them.
+    """
+    id2label = {i: f"{GAP_NAME} ({i})" if name == GAP_NAME else name for i, name in enumerate(label_names)}
+    label2id = {name: i for i, name in enumerate(label_names) if name != GAP_NAME}
+    return id2label, label2id
 
 
 # ----------------------------------------------------------------------------------------------- geometry

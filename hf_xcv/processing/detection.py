@@ -8,7 +8,10 @@ Follows the original DETR (facebookresearch/detr, ``datasets/transforms.py`` and
 - target boxes are normalised ``(cx, cy, w, h)`` relative to the *unpadded* resized image, the frame the model
   predicts in (its position embeddings and attention ignore padding), not to the padded canvas of the batch;
 - crowd annotations are kept and flagged with ``iscrowd=1`` (COCO evaluation treats them as ignore regions);
-- shortest-edge resizing uses the original's rounding when the longest edge is capped;
+- shortest-edge resizing uses the original's rounding when the longest edge is capped (``resize_rounding``;
+  a config saved by transformers loads with transformers' rounding, so its sizes and pixels stay transformers');
+- annotations come as COCO's ``{"image_id", "annotations": [...]}`` or as the Hub's detection datasets lay them
+  out, ``{"image_id", "objects": {"bbox", "category", ...}}``;
 - the original training augmentations (flip, multi-scale resize, random size crop) are built in and move the boxes
   with the pixels;
 - a bad box raises a ValueError naming the image and the annotation instead of disappearing.
@@ -36,11 +39,20 @@ from transformers.processing_utils import ImagesKwargs
 from ..remote_code import RemoteCodeMixin
 from ..utils.box_ops import box_cxcywh_to_xyxy
 from ..utils.checks import is_integer
+from ..utils.errors import UsageError
 from ..utils.generators import as_generator
 from .images import prepare_images
 
 DEFAULT_AUGMENT_SCALES = [480, 512, 544, 576, 608, 640, 672, 704, 736, 768, 800]
 CLASS_ACTIVATIONS = ("softmax", "sigmoid")
+# How a shortest-edge resize whose longest edge is capped rounds: the original DETR derives the long side from the
+# rounded short side, transformers from the unrounded one (a 100x1000 image at 800/1333: 133x1330 vs 133x1333).
+RESIZE_ROUNDINGS = ("original", "transformers")
+# A saved config with one of these keys is hf_xcv's own (transformers' DETR processors have none of them).
+_OWN_KEYS = ("class_activation", "do_augment", "augment_scales", "resize_rounding")
+# The keys of a Hub detection dataset's ``objects`` and the COCO annotation keys they become.
+_OBJECT_KEYS = {"bbox": "bbox", "category": "category_id", "categories": "category_id", "area": "area", "id": "id",
+                "iscrowd": "iscrowd"}  # fmt: skip
 _PER_BOX = ("boxes", "class_labels", "area", "iscrowd")  # one entry per annotation: filtered together
 # Keys that saved configs (ours, transformers', old feature extractors) carry and that hold no setting.
 _IGNORED_KEYS = ("image_processor_type", "feature_extractor_type", "processor_class", "auto_map")
@@ -58,41 +70,47 @@ class DetectionImageProcessorKwargs(ImagesKwargs, total=False):
     augment_crop_scales: list[int] | None
     augment_crop_size: list[int] | None
     augment_flip_prob: float | None
+    resize_rounding: str | None
 
 
 # ----------------------------------------------------------------------------------------------------------------
 # Sizes
 
 
-def size_with_aspect_ratio(image_size: tuple[int, int], size: int, max_size: int | None = None) -> tuple[int, int]:
-    """Output (height, width) with the shorter side ``size``, the longer at most ``max_size``: the original DETR's
-    ``get_size_with_aspect_ratio``, rounding included.
+def size_with_aspect_ratio(
+    image_size: tuple[int, int], size: int, max_size: int | None = None, rounding: str = "original"
+) -> tuple[int, int]:
+    """Output (height, width) with the shorter side ``size``, the longer at most ``max_size``.
 
-    When the cap binds, the original rounds the shorter side first and derives the longer side from the rounded
-    value; transformers derives it from the unrounded one (so a 100x1000 image becomes 133x1330 here, 133x1333
-    there).
+    ``rounding="original"`` is the original DETR's ``get_size_with_aspect_ratio``: when the cap binds, it rounds the
+    shorter side first and derives the longer side from the rounded value. ``"transformers"`` derives it from the
+    unrounded one, as transformers' DETR processors do (a 100x1000 image at 800/1333: 133x1330 vs 133x1333); the two
+    differ by at most a pixel of the longer side, and only when the cap binds.
     """
     height, width = image_size
+    exact = float(size)  # the shorter side before rounding
     if max_size is not None:
         short, long = float(min(height, width)), float(max(height, width))
         if long / short * size > max_size:
-            size = int(round(max_size * short / long))
+            exact = max_size * short / long
+            size = int(round(exact))
     if (width <= height and width == size) or (height <= width and height == size):
         return height, width
+    base = size if rounding == "original" else exact
     if width < height:
-        return int(size * height / width), size
-    return size, int(size * width / height)
+        return int(base * height / width), size
+    return size, int(base * width / height)
 
 
-def output_size(image_size: tuple[int, int], size: SizeDict) -> tuple[int, int]:
-    """The resized (height, width) for one of the size forms DETR accepts; ValueError for any other."""
+def output_size(image_size: tuple[int, int], size: SizeDict, rounding: str = "original") -> tuple[int, int]:
+    """The resized (height, width) for one of the size forms DETR accepts; UsageError for any other."""
     if size.shortest_edge:
-        return size_with_aspect_ratio(image_size, size.shortest_edge, size.longest_edge)
+        return size_with_aspect_ratio(image_size, size.shortest_edge, size.longest_edge, rounding)
     if size.max_height and size.max_width:
         return get_image_size_for_max_height_width(image_size, size.max_height, size.max_width)
     if size.height and size.width:
         return size.height, size.width
-    raise ValueError(
+    raise UsageError(
         'size must be {"shortest_edge": int} (optionally with "longest_edge"), {"height": int, "width": int} or '
         f'{{"max_height": int, "max_width": int}}; got {dict(size)}'
     )
@@ -102,26 +120,77 @@ def output_size(image_size: tuple[int, int], size: SizeDict) -> tuple[int, int]:
 # COCO annotations -> targets (boxes kept as absolute xyxy pixels until the end)
 
 
-def _annotation_list(annotations: Any, image_id: Any) -> list[Mapping]:
-    """A list of annotation dicts, or a dict of equally long lists (the ``datasets`` layout) -> list of dicts."""
+def _annotation_list(annotations: Any, image_id: Any, key: str = "annotations") -> list[Mapping]:
+    """A list of dicts, or a dict of equally long lists (``datasets``' layout of a sequence of dicts) -> list of
+    dicts."""
     if isinstance(annotations, Mapping):
-        lengths = {key: len(value) for key, value in annotations.items()}
-        if len(set(lengths.values())) > 1:
-            raise ValueError(f"image_id {image_id}: the annotation lists have different lengths {lengths}")
+        lengths = {
+            name: len(value) if isinstance(value, Sequence | np.ndarray) else None
+            for name, value in annotations.items()
+        }
+        if None in lengths.values() or len(set(lengths.values())) > 1:
+            raise UsageError(
+                f"image_id {image_id}: '{key}' as a dict must hold lists of one length (one entry per object), got "
+                f"lengths {lengths}"
+            )
         count = next(iter(lengths.values()), 0)
-        return [{key: value[i] for key, value in annotations.items()} for i in range(count)]
+        return [{name: value[i] for name, value in annotations.items()} for i in range(count)]
     if isinstance(annotations, Sequence) and not isinstance(annotations, str):
         for index, obj in enumerate(annotations):
             if not isinstance(obj, Mapping):
-                raise ValueError(f"image_id {image_id}, annotation {index}: expected a dict, got {type(obj).__name__}")
+                raise UsageError(f"image_id {image_id}, {key} {index}: expected a dict, got {type(obj).__name__}")
         return list(annotations)
-    raise ValueError(
-        f"image_id {image_id}: 'annotations' must be a list of dicts (or a dict of lists), got {type(annotations)}"
+    raise UsageError(
+        f"image_id {image_id}: '{key}' must be a list of dicts (or a dict of lists), got {type(annotations).__name__}"
     )
 
 
+def objects_to_coco(objects: Any, image_id: Any, names: bool = False) -> list[dict[str, Any]]:
+    """The ``objects`` of a Hub detection dataset row (``{"bbox": [[x, y, w, h], ...], "category": [...], "area",
+    "id"}``, a dict of lists or a list of dicts) as COCO annotation dicts (``category`` -> ``category_id``).
+
+    Categories must be ids (a ``ClassLabel``'s integers); a name is refused with what to do, unless ``names``
+    (a loader that maps names to ids itself).
+    """
+    annotations = []
+    for k, obj in enumerate(_annotation_list(objects, image_id, "objects")):
+        coco = {_OBJECT_KEYS[key]: value for key, value in obj.items() if key in _OBJECT_KEYS}
+        where = f"image_id {image_id}, object {k}"
+        if "bbox" not in coco or "category_id" not in coco:
+            raise UsageError(
+                f"{where} needs a 'bbox' ([x, y, width, height] in pixels) and a 'category'; has {sorted(obj)}"
+            )
+        if isinstance(coco["category_id"], str) and not names:
+            raise UsageError(
+                f"{where} has category {coco['category_id']!r}, a name: the processor takes category ids; make the "
+                "dataset's objects.category a ClassLabel (its integers index the names)"
+            )
+        annotations.append(coco)
+    return annotations
+
+
+def coco_annotations(annotation: Any, index: int = 0) -> tuple[int, list[Mapping]]:
+    """(image_id, COCO annotation dicts) of one image's annotation, given as COCO's ``{"image_id", "annotations":
+    [...]}`` or a Hub dataset row's ``{"image_id", "objects": {...}}``."""
+    if not (
+        isinstance(annotation, Mapping) and "image_id" in annotation and {"annotations", "objects"} & set(annotation)
+    ):
+        raise UsageError(
+            f"annotation of image {index} must be a dict {{'image_id': int, 'annotations': [...]}} (COCO detection "
+            f"format) or {{'image_id': int, 'objects': {{'bbox': [...], 'category': [...]}}}} (a Hub detection "
+            f"dataset's row), got {annotation!r:.200}"
+        )
+    image_id = annotation["image_id"]
+    if not is_integer(image_id):
+        raise UsageError(f"annotation of image {index}: 'image_id' must be an integer, got {image_id!r}")
+    image_id = int(image_id)
+    if "annotations" in annotation:
+        return image_id, _annotation_list(annotation["annotations"], image_id)
+    return image_id, objects_to_coco(annotation["objects"], image_id)
+
+
 def _clipped_box(obj: Mapping, where: str, image_size: tuple[int, int]) -> np.ndarray:
-    """COCO ``[x, y, w, h]`` -> ``[x0, y0, x1, y1]`` clipped to the image; ValueError for a box that is not one."""
+    """COCO ``[x, y, w, h]`` -> ``[x0, y0, x1, y1]`` clipped to the image; UsageError for a box that is not one."""
     height, width = image_size
     raw = obj.get("bbox")
     try:
@@ -129,9 +198,9 @@ def _clipped_box(obj: Mapping, where: str, image_size: tuple[int, int]) -> np.nd
     except (TypeError, ValueError):
         bbox = np.full(0, np.nan)
     if bbox.shape != (4,) or not np.isfinite(bbox).all():
-        raise ValueError(f"{where}: 'bbox' must be 4 finite numbers [x, y, width, height] in pixels, got {raw!r}")
+        raise UsageError(f"{where}: 'bbox' must be 4 finite numbers [x, y, width, height] in pixels, got {raw!r}")
     if bbox[2] < 0 or bbox[3] < 0:
-        raise ValueError(
+        raise UsageError(
             f"{where}: bbox {raw!r} has a negative width or height; COCO boxes are [x, y, width, height] "
             "(not [x0, y0, x1, y1])"
         )
@@ -139,7 +208,7 @@ def _clipped_box(obj: Mapping, where: str, image_size: tuple[int, int]) -> np.nd
     box[0::2] = box[0::2].clip(0, width)
     box[1::2] = box[1::2].clip(0, height)
     if box[2] <= box[0] or box[3] <= box[1]:
-        raise ValueError(
+        raise UsageError(
             f"{where}: bbox {raw!r} is empty inside the {width}x{height} (width x height) image "
             "(zero width or height, or entirely outside it)"
         )
@@ -150,11 +219,11 @@ def _one_annotation(obj: Mapping, where: str, image_size: tuple[int, int]) -> tu
     """(clipped xyxy box, category id, area, iscrowd) of one annotation, each checked."""
     box = _clipped_box(obj, where, image_size)
     category = obj.get("category_id")
-    if not is_integer(category):
-        raise ValueError(f"{where}: 'category_id' must be an integer, got {category!r}")
+    if not is_integer(category) or category < 0:
+        raise UsageError(f"{where}: 'category_id' must be an integer >= 0, got {category!r}")
     iscrowd = obj.get("iscrowd", 0)
     if not is_integer(iscrowd) or int(iscrowd) not in (0, 1):
-        raise ValueError(f"{where}: 'iscrowd' must be 0 or 1, got {iscrowd!r}")
+        raise UsageError(f"{where}: 'iscrowd' must be 0 or 1, got {iscrowd!r}")
     # Without an area (custom data often has none), the box area is what COCO evaluation would compute.
     area = obj.get("area", (box[2] - box[0]) * (box[3] - box[1]))
     try:
@@ -162,7 +231,7 @@ def _one_annotation(obj: Mapping, where: str, image_size: tuple[int, int]) -> tu
     except (TypeError, ValueError):
         area = math.nan
     if not math.isfinite(area) or area < 0:
-        raise ValueError(f"{where}: 'area' must be a finite number >= 0, got {obj.get('area')!r}")
+        raise UsageError(f"{where}: 'area' must be a finite number >= 0, got {obj.get('area')!r}")
     return box, int(category), area, int(iscrowd)
 
 
@@ -171,7 +240,7 @@ def _check_categories(labels: np.ndarray, num_labels: int | None, image_id: int)
         return
     bad = sorted({int(c) for c in labels if not 0 <= c < num_labels})
     if bad:
-        raise ValueError(
+        raise UsageError(
             f"image_id {image_id}: category ids {bad} are outside [0, {num_labels}) (num_labels={num_labels}); "
             "category_id is used as the class index as is: COCO's ids 1..90 need num_labels=91, "
             "or map your ids to 0..num_labels-1"
@@ -181,25 +250,19 @@ def _check_categories(labels: np.ndarray, num_labels: int | None, image_id: int)
 def coco_target(
     annotation: Any, image_size: tuple[int, int], index: int, num_labels: int | None = None
 ) -> dict[str, np.ndarray]:
-    """One image's COCO detection annotation -> DETR target with absolute, clipped ``xyxy`` boxes.
+    """One image's detection annotation -> DETR target with absolute, clipped ``xyxy`` boxes.
 
     Args:
-        annotation: ``{"image_id": int, "annotations": [{"bbox", "category_id", "area", "iscrowd", "id"}, ...]}``.
+        annotation: ``{"image_id": int, "annotations": [{"bbox", "category_id", "area", "iscrowd", "id"}, ...]}``
+            (COCO), or a Hub detection dataset's ``{"image_id": int, "objects": {"bbox", "category", "area",
+            "id"}}`` (see :func:`objects_to_coco`).
         image_size: (height, width) of the image the boxes are in.
         index: position of the image in the batch (for error messages).
         num_labels: if given, category ids must lie in ``[0, num_labels)``.
     """
-    if not isinstance(annotation, Mapping) or "annotations" not in annotation or "image_id" not in annotation:
-        raise ValueError(
-            f"annotation of image {index} must be a dict {{'image_id': int, 'annotations': [...]}} "
-            f"(COCO detection format), got {annotation!r:.200}"
-        )
-    image_id = annotation["image_id"]
-    if not is_integer(image_id):
-        raise ValueError(f"annotation of image {index}: 'image_id' must be an integer, got {image_id!r}")
-    image_id = int(image_id)
+    image_id, objects = coco_annotations(annotation, index)
     rows = []
-    for k, obj in enumerate(_annotation_list(annotation["annotations"], image_id)):
+    for k, obj in enumerate(objects):
         where = f"image_id {image_id}, annotation {k}" + (f" (id {obj['id']})" if "id" in obj else "")
         rows.append(_one_annotation(obj, where, image_size))
     boxes, labels, areas, crowd = zip(*rows) if rows else ((), (), (), ())
@@ -304,6 +367,8 @@ def check_settings(settings: Mapping[str, Any]) -> None:
     prob = settings.get("augment_flip_prob")
     if not isinstance(prob, (int, float)) or isinstance(prob, bool) or not 0 <= prob <= 1:
         raise ValueError(f"augment_flip_prob must be a number in [0, 1], got {prob!r}")
+    if settings.get("resize_rounding") not in RESIZE_ROUNDINGS:
+        raise ValueError(f"resize_rounding must be one of {RESIZE_ROUNDINGS}, got {settings.get('resize_rounding')!r}")
 
 
 def _check_format(value: Any) -> None:
@@ -312,9 +377,23 @@ def _check_format(value: Any) -> None:
         raise ValueError(f"only format='coco_detection' annotations are supported, got {value!r}")
 
 
+def _saved_rounding(kwargs: dict[str, Any]) -> str | None:
+    """The ``resize_rounding`` of a saved config that does not name one: transformers' for a config written by
+    transformers (its DETR processors, old feature extractors, or one converted from them, which keeps their keys
+    under hf_xcv's type name), the original's for hf_xcv's own configs saved before the setting existed. None when
+    ``kwargs`` are no saved config (a new processor: the class default)."""
+    if "resize_rounding" in kwargs or not {"image_processor_type", "feature_extractor_type"} & set(kwargs):
+        return None
+    return "original" if any(key in kwargs for key in _OWN_KEYS) else "transformers"
+
+
 def _legacy_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
-    """Translate the keys of older DETR configs (``size`` int + ``max_size``, ``pad_and_return_pixel_mask``)."""
+    """Translate the keys of older DETR configs (``size`` int + ``max_size``, ``pad_and_return_pixel_mask``) and
+    give a saved config without ``resize_rounding`` the rounding it was made with (:func:`_saved_rounding`)."""
+    rounding = _saved_rounding(kwargs)
     kwargs = {key: value for key, value in kwargs.items() if key not in _IGNORED_KEYS}
+    if rounding is not None:
+        kwargs["resize_rounding"] = rounding
     _check_format(kwargs.pop("format", "coco_detection"))
     if "pad_and_return_pixel_mask" in kwargs:
         kwargs.setdefault("do_pad", kwargs.pop("pad_and_return_pixel_mask"))
@@ -374,8 +453,14 @@ class DetectionImageProcessor(RemoteCodeMixin, PilBackend):
     transformers' own names (that would change what its ``detr`` repos load after ``import hf_xcv``).
 
     Args (all optional; every one can also be passed per call):
-        do_resize / size: ``{"shortest_edge": 800, "longest_edge": 1333}`` (default, the original's rounding),
-            ``{"height", "width"}`` (exact) or ``{"max_height", "max_width"}`` (fit inside, keep the aspect ratio).
+        do_resize / size: ``{"shortest_edge": 800, "longest_edge": 1333}`` (default), ``{"height", "width"}``
+            (exact) or ``{"max_height", "max_width"}`` (fit inside, keep the aspect ratio).
+        resize_rounding: how a shortest-edge resize rounds when the longest edge caps it: ``"original"`` (the
+            default, the original DETR's: the long side from the rounded short side) or ``"transformers"``
+            (transformers' DETR processors': from the unrounded one; at most one pixel more). Saved with the
+            processor; a saved config without it loads as what wrote it: transformers' (its own DETR and
+            Deformable DETR processors, and the configs hf_xcv converts from them) with ``"transformers"``, so
+            sizes and pixels equal transformers'; hf_xcv's older ones with ``"original"``.
         resample: PIL filter, bilinear.
         do_rescale / rescale_factor: multiply by 1/255.
         do_normalize / image_mean / image_std: ImageNet mean and std.
@@ -421,6 +506,7 @@ class DetectionImageProcessor(RemoteCodeMixin, PilBackend):
     augment_crop_scales = [400, 500, 600]
     augment_crop_size = [384, 600]
     augment_flip_prob = 0.5
+    resize_rounding = "original"
 
     def __init__(self, **kwargs: Any) -> None:
         kwargs = _legacy_kwargs(kwargs)
@@ -447,8 +533,10 @@ class DetectionImageProcessor(RemoteCodeMixin, PilBackend):
 
         Args:
             images: a PIL image, numpy array or torch tensor, or a batch of them.
-            annotations: one ``{"image_id", "annotations": [...]}`` dict per image (COCO detection format, boxes
-                ``[x, y, width, height]`` in pixels); a single dict for a single image.
+            annotations: one dict per image, a single dict for a single image: COCO's ``{"image_id",
+                "annotations": [{"bbox", "category_id", ...}]}`` or a Hub detection dataset row's ``{"image_id",
+                "objects": {"bbox": [...], "category": [...], ...}}`` (boxes ``[x, y, width, height]`` in pixels,
+                categories as ids).
             return_tensors: ``"pt"`` for torch tensors (labels included), ``"np"`` or None for numpy arrays.
             generator: randomness of the augmentations: a ``numpy.random.Generator`` or an int seed (None: fresh
                 entropy). One generator serves the whole batch, image after image.
@@ -519,7 +607,7 @@ class DetectionImageProcessor(RemoteCodeMixin, PilBackend):
         if settings["do_augment"]:
             image, target = self._augment(image, target, rng, settings)
         elif settings["do_resize"]:
-            new_size = output_size(image_size, settings["size"])
+            new_size = output_size(image_size, settings["size"], settings["resize_rounding"])
             image, target = self._resize_pair(image, target, new_size, settings["resample"])
         if settings["do_rescale"]:
             image = self.rescale(image, settings["rescale_factor"])
@@ -545,9 +633,10 @@ class DetectionImageProcessor(RemoteCodeMixin, PilBackend):
         scales: list[int],
         max_size: int | None,
         resample: Any,
+        rounding: str = "original",
     ) -> tuple[np.ndarray, dict]:
         scale = int(scales[int(rng.integers(len(scales)))])
-        new_size = size_with_aspect_ratio(image.shape[-2:], scale, max_size)
+        new_size = size_with_aspect_ratio(image.shape[-2:], scale, max_size, rounding)
         return self._resize_pair(image, target, new_size, resample)
 
     def _augment(self, image: np.ndarray, target: dict, rng: np.random.Generator, s: dict) -> tuple[np.ndarray, dict]:
@@ -555,13 +644,18 @@ class DetectionImageProcessor(RemoteCodeMixin, PilBackend):
         size crop and a multi-scale resize (each with probability 0.5)."""
         if rng.random() < s["augment_flip_prob"]:
             image, target = hflip(image, target)
-        scales, max_size, resample = s["augment_scales"], s["augment_max_size"], s["resample"]
+        scales, max_size, resample, rounding = (
+            s["augment_scales"],
+            s["augment_max_size"],
+            s["resample"],
+            s["resize_rounding"],
+        )
         if rng.random() < 0.5:
-            return self._random_resize(image, target, rng, scales, max_size, resample)
-        image, target = self._random_resize(image, target, rng, s["augment_crop_scales"], None, resample)
+            return self._random_resize(image, target, rng, scales, max_size, resample, rounding)
+        image, target = self._random_resize(image, target, rng, s["augment_crop_scales"], None, resample, rounding)
         low, high = s["augment_crop_size"]
         image, target = crop(image, target, random_size_crop_region(image.shape[-2:], low, high, rng))
-        return self._random_resize(image, target, rng, scales, max_size, resample)
+        return self._random_resize(image, target, rng, scales, max_size, resample, rounding)
 
     def _batch(
         self, pixels: list[np.ndarray], targets: list[dict] | None, settings: dict, return_tensors: str | None
@@ -664,4 +758,3 @@ def _finish_target(target: dict, return_tensors: str | None) -> dict[str, Any]:
     if return_tensors == "pt":
         return {key: torch.from_numpy(np.ascontiguousarray(value)) for key, value in out.items()}
     return out
-

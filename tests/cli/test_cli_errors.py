@@ -1,4 +1,4 @@
-"""The command line reports a user's mistake in one line with exit status 2, and an internal error with its traceback."""
+"""The command line reports a user's mistake in one line with exit status 2, an internal error with its traceback."""
 
 from __future__ import annotations
 

@@ -294,3 +294,171 @@ def test_trainer_trains_a_detr_with_the_detection_collator(tmp_path):
     assert result.global_step == 3 and torch.isfinite(torch.tensor(result.training_loss))
     moved = [n for n, p in model.named_parameters() if p.requires_grad and not torch.equal(before[n], p)]
     assert len(moved) > len(before) // 2
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# detection datasets as users have them, run in this process (a few steps of the tiny DETR on a few images)
+
+TINY = [
+    "--per_device_train_batch_size", "2", "--per_device_eval_batch_size", "4", "--eval_every_epochs", "0",
+    "--disable_tqdm", "--preset", "detr-test-tiny", "--shortest_edge", "48", "--longest_edge", "64",
+]  # fmt: skip
+HUB_NAMES = ["Coverall", "Face_Shield", "Gloves"]
+
+
+def _hub_dataset(**splits: int):
+    """A DatasetDict in the layout of the Hub's detection datasets (cppe-5): ``objects`` a Sequence of a dict with
+    a ClassLabel category; ``splits`` maps a split name to its number of 40x50 images, two boxes each."""
+    import numpy as np
+    import PIL.Image
+    from datasets import ClassLabel, Dataset, DatasetDict, Features, Image, Sequence, Value
+
+    box = {"id": Value("int64"), "area": Value("int64"), "bbox": Sequence(Value("float32"), length=4),
+           "category": ClassLabel(names=HUB_NAMES)}  # fmt: skip
+    features = Features({"image_id": Value("int64"), "image": Image(), "width": Value("int32"),
+                         "height": Value("int32"), "objects": Sequence(box)})  # fmt: skip
+    rng = np.random.default_rng(0)
+    data = {}
+    for k, (name, count) in enumerate(splits.items()):
+        ids = [100 * k + i for i in range(count)]
+        rows = {
+            "image_id": ids,
+            "image": [PIL.Image.fromarray(rng.integers(0, 256, (40, 50, 3), dtype=np.uint8)) for _ in ids],
+            "width": [50] * count,
+            "height": [40] * count,
+            "objects": [{"id": [1, 2], "area": [120, 64], "bbox": [[2, 3, 12, 10], [30, 20, 8, 8]], "category": [0, 2]}
+                        for _ in ids],
+        }  # fmt: skip
+        data[name] = Dataset.from_dict(rows, features=features)
+    return DatasetDict(data)
+
+
+def test_a_hub_layout_dataset_trains_measures_on_its_test_split_and_the_card_lists_its_classes(tmp_path, capsys):
+    """cppe-5's layout, saved with save_to_disk (the offline stand-in for its Hub id): train and test splits only."""
+    from hf_xcv.cli import train_object_detection as script
+
+    _hub_dataset(train=4, test=2).save_to_disk(str(tmp_path / "cppe-5"))
+    out = tmp_path / "run"
+    results = script.main(["--dataset", str(tmp_path / "cppe-5"), "--output_dir", str(out), "--max_train_steps", "2",
+                           "--pictures", "2", *TINY])  # fmt: skip
+    assert "training on split 'train', measuring mAP on 'test' (the dataset has no validation split)" in (
+        capsys.readouterr().out
+    )
+    assert results["completed_steps"] == 2 and results["test"]["num_images"] == 2 and "validation" not in results
+    config = json.loads((out / "config.json").read_text())
+    assert config["id2label"] == {"0": "Coverall", "1": "Face_Shield", "2": "Gloves"}
+    assert config["label2id"] == {"Coverall": 0, "Face_Shield": 1, "Gloves": 2}
+    assert "It detects 3 classes: Coverall, Face_Shield, Gloves." in (out / "README.md").read_text()
+    assert (out / "detections.png").is_file()
+    processor = json.loads((out / "preprocessor_config.json").read_text())
+    assert processor["resize_rounding"] == "original"  # the saved config says which rounding it resizes with
+
+
+def test_a_coco_folder_with_a_val_split_and_category_ids_1_and_3(tmp_path, capsys):
+    """COCO's layout with splits train / val / test and ids {1, 3}: the class index is the category id (4 classes),
+    label2id holds the two real ones, and a prediction of an unused id is named in the pipeline."""
+    import PIL.Image
+    from transformers import AutoImageProcessor, AutoModelForObjectDetection, pipeline
+
+    from hf_xcv.cli import train_object_detection as script
+
+    root = tmp_path / "coco"
+    (root / "annotations").mkdir(parents=True)
+    categories = [{"id": 1, "name": "person"}, {"id": 3, "name": "car"}]
+    for k, split in enumerate(("train", "val", "test")):
+        (root / split).mkdir()
+        images, annotations = [], []
+        for i in range(2):
+            image_id = 10 * k + i
+            PIL.Image.new("RGB", (50, 40), (40 * i, 90, 200)).save(root / split / f"{image_id}.png")
+            images.append({"id": image_id, "file_name": f"{image_id}.png", "width": 50, "height": 40})
+            annotations += [
+                {"id": 2 * image_id + 1, "image_id": image_id, "category_id": 1, "bbox": [2, 3, 20, 10], "area": 200,
+                 "iscrowd": 0},
+                {"id": 2 * image_id + 2, "image_id": image_id, "category_id": 3, "bbox": [25, 15, 20, 20],
+                 "area": 400, "iscrowd": 0},
+            ]  # fmt: skip
+        coco = {"images": images, "annotations": annotations, "categories": categories}
+        (root / "annotations" / f"instances_{split}.json").write_text(json.dumps(coco))
+    out = tmp_path / "run"
+    results = script.main(["--dataset", str(root), "--output_dir", str(out), "--max_train_steps", "1",
+                           "--pictures", "0", *TINY])  # fmt: skip
+    assert "measuring mAP on 'val', the card's results on 'test'" in capsys.readouterr().out
+    assert results["val"]["num_images"] == 2 and results["test"]["num_images"] == 2
+    config = json.loads((out / "config.json").read_text())
+    assert config["id2label"] == {"0": "N/A (0)", "1": "person", "2": "N/A (2)", "3": "car"}
+    assert config["label2id"] == {"person": 1, "car": 3}
+    assert "It detects 2 classes: person, car." in (out / "README.md").read_text()
+
+    model = AutoModelForObjectDetection.from_pretrained(out).eval()
+    assert model.config.num_labels == 4 and model.class_labels_classifier.out_features == 5  # + no object
+    with torch.no_grad():
+        model.class_labels_classifier.bias[2] = 100.0  # every query: the unused id 2
+    detector = pipeline("object-detection", model=model, image_processor=AutoImageProcessor.from_pretrained(out))
+    found = detector(PIL.Image.new("RGB", (50, 40)), threshold=0.5)
+    assert found and {item["label"] for item in found} == {"N/A (2)"}
+
+
+def test_an_image_folder_with_a_metadata_jsonl_per_split_trains(tmp_path):
+    import PIL.Image
+
+    from hf_xcv.cli import train_object_detection as script
+
+    for split, count in (("train", 3), ("valid", 2)):
+        folder = tmp_path / "folder" / split
+        folder.mkdir(parents=True)
+        lines = []
+        for i in range(count):
+            PIL.Image.new("RGB", (50, 40), (60 * i, 30, 90)).save(folder / f"{i}.jpg")
+            lines.append({"file_name": f"{i}.jpg", "objects": {"bbox": [[1, 2, 20, 15]], "category": ["dog"]}})
+        lines[0]["objects"] = {"bbox": [[1, 2, 20, 15], [25, 10, 10, 10]], "category": ["cat", "dog"]}
+        (folder / "metadata.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    out = tmp_path / "run"
+    results = script.main(["--dataset", str(tmp_path / "folder"), "--output_dir", str(out), "--max_train_steps", "1",
+                           "--pictures", "0", *TINY])  # fmt: skip
+    assert results["valid"]["num_images"] == 2
+    assert json.loads((out / "config.json").read_text())["label2id"] == {"cat": 0, "dog": 1}
+
+
+def test_malformed_rows_and_missing_splits_are_refused_before_anything_is_written(tmp_path):
+    from datasets import DatasetDict, Sequence, Value
+
+    from hf_xcv.cli import train_object_detection as script
+    from hf_xcv.utils.errors import UsageError
+
+    data = _hub_dataset(train=2, validation=2)
+    train = data["train"].cast_column("objects", {**data["train"].features["objects"],
+                                                  "bbox": Sequence(Sequence(Value("float32")))})  # fmt: skip
+    rows = train.to_dict()
+    rows["objects"][1] = {"id": [1], "area": [1], "bbox": [[1.0, 2.0, 3.0]], "category": [1]}
+    bad = DatasetDict(train=train.from_dict(rows, features=train.features), validation=data["validation"])
+    bad.save_to_disk(str(tmp_path / "bad"))
+    out = tmp_path / "run"
+    with pytest.raises(UsageError, match=r"split 'train' of .*bad has 1 bad row\(s\): image_id 1: object 0 has bbox"):
+        script.main(["--dataset", str(tmp_path / "bad"), "--output_dir", str(out), *TINY])
+    assert not out.exists()
+
+    DatasetDict(train=data["train"]).save_to_disk(str(tmp_path / "train-only"))
+    with pytest.raises(UsageError, match=r"no validation or test split to measure mAP on; its splits: \['train'\]"):
+        script.main(["--dataset", str(tmp_path / "train-only"), "--output_dir", str(out), *TINY])
+    with pytest.raises(UsageError, match=r"has no split 'dev'"):
+        script.main(["--dataset", str(tmp_path / "bad"), "--eval_split", "dev", "--output_dir", str(out), *TINY])
+    assert not out.exists()
+
+
+def test_trainer_trains_a_detr_on_a_hub_layout_dataset(tmp_path):
+    from transformers import Trainer, TrainingArguments
+
+    import hf_xcv
+    from hf_xcv.data.detection import DetectionCollator, detection_transform
+
+    data = _hub_dataset(train=4)
+    processor = hf_xcv.XcvDetrImageProcessor(size={"shortest_edge": 48, "longest_edge": 64}, num_labels=3)
+    model = hf_xcv.DetrForObjectDetection(hf_xcv.preset_config("detr-test-tiny", num_labels=3))
+    args = TrainingArguments(
+        output_dir=str(tmp_path), max_steps=2, per_device_train_batch_size=2, remove_unused_columns=False,
+        report_to=[], use_cpu=True, save_strategy="no",
+    )  # fmt: skip
+    train = data["train"].with_transform(detection_transform(processor, augment=True, seed=0))
+    result = Trainer(model=model, args=args, train_dataset=train, data_collator=DetectionCollator(processor)).train()
+    assert result.global_step == 2 and torch.isfinite(torch.tensor(result.training_loss))
