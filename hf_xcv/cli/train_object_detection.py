@@ -190,11 +190,11 @@ def model_type_of(args: ModelArguments) -> str:
     """The hf_xcv model type to train: the preset's, or what the checkpoint's config.json holds (a transformers
     type as the hf_xcv type it converts to)."""
     if args.model_name_or_path and args.preset:
-        raise ValueError("pass either --preset or --model_name_or_path, not both")
+        raise UsageError("pass either --preset or --model_name_or_path, not both")
     if args.model_name_or_path:
         source = load_config_dict(args.model_name_or_path).get("model_type")
         if source not in CHECKPOINT_TYPES:
-            raise ValueError(
+            raise UsageError(
                 f"{args.model_name_or_path} holds a checkpoint of model_type {source!r}; this script trains "
                 f"{sorted(CHECKPOINT_TYPES)}"
             )
@@ -202,7 +202,7 @@ def model_type_of(args: ModelArguments) -> str:
     name = args.preset or DEFAULT_PRESET
     if name not in PRESETS or PRESETS[name].model_type not in RECIPES:
         made = f" makes a {PRESETS[name].model_type} model" if name in PRESETS else " is unknown"
-        raise ValueError(f"preset {name!r}{made}; this script trains the detection presets {detection_presets()}")
+        raise UsageError(f"preset {name!r}{made}; this script trains the detection presets {detection_presets()}")
     return PRESETS[name].model_type
 
 
@@ -330,7 +330,7 @@ def build_optimizer(model: torch.nn.Module, args: TrainArguments, total_steps: i
     if args.lr_scheduler_type != "step":
         return optimizer, runner.build_scheduler(optimizer, args.lr_scheduler_type, 0, total_steps)
     if not 0 < args.lr_drop <= 1:
-        raise ValueError(f"--lr_drop must be a fraction of the run in (0, 1], got {args.lr_drop}")
+        raise UsageError(f"--lr_drop must be a fraction of the run in (0, 1], got {args.lr_drop}")
     drop_at = int(args.lr_drop * total_steps)
     return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 0.1 if step >= drop_at else 1.0)
 

@@ -78,7 +78,7 @@ def detection_features(label_names: list[str]) -> Features:
     names = [f"{GAP_NAME} ({index})" if name == GAP_NAME else name for index, name in enumerate(label_names)]
     repeated = sorted({name for name in names if names.count(name) > 1})
     if repeated:
-        raise ValueError(f"category names must be distinct; repeated: {repeated}")
+        raise UsageError(f"category names must be distinct; repeated: {repeated}")
     annotation = {
         "id": Value("int64"),
         "category_id": ClassLabel(names=names),
@@ -460,28 +460,28 @@ def _sides(image_size: Any) -> tuple[int, int]:
         and len(image_size) == 2
         and all(isinstance(side, int) for side in image_size)
     ):
-        raise ValueError(f"image_size={image_size!r} must be a pair of integers (min_side, max_side)")
+        raise UsageError(f"image_size={image_size!r} must be a pair of integers (min_side, max_side)")
     return image_size[0], image_size[1]
 
 
 def _check_arguments(sizes: dict[str, int], config: _SceneConfig, seed: int) -> None:
     for name, count in sizes.items():
         if not isinstance(count, int) or not 0 <= count < IMAGE_ID_STRIDE:
-            raise ValueError(f"num_{name}={count!r} must be an integer in [0, {IMAGE_ID_STRIDE})")
+            raise UsageError(f"num_{name}={count!r} must be an integer in [0, {IMAGE_ID_STRIDE})")
     if not MIN_SIDE <= config.min_side <= config.max_side:
-        raise ValueError(
+        raise UsageError(
             f"image_size=({config.min_side}, {config.max_side}) must be (min_side, max_side) "
             f"with {MIN_SIDE} <= min_side <= max_side"
         )
     if not isinstance(config.max_objects, int) or not 1 <= config.max_objects <= MAX_OBJECTS_LIMIT:
-        raise ValueError(f"max_objects={config.max_objects!r} must be an integer in [1, {MAX_OBJECTS_LIMIT}]")
+        raise UsageError(f"max_objects={config.max_objects!r} must be an integer in [1, {MAX_OBJECTS_LIMIT}]")
     for name in ("empty_fraction", "crowd_fraction"):
         if not 0.0 <= getattr(config, name) <= 1.0:
-            raise ValueError(f"{name}={getattr(config, name)} must be in [0, 1]")
+            raise UsageError(f"{name}={getattr(config, name)} must be in [0, 1]")
     if config.crowd_cutoff > 1.0:
-        raise ValueError(f"empty_fraction + crowd_fraction = {config.crowd_cutoff} must be at most 1")
+        raise UsageError(f"empty_fraction + crowd_fraction = {config.crowd_cutoff} must be at most 1")
     if not isinstance(seed, int) or seed < 0:
-        raise ValueError(f"seed={seed!r} must be a non-negative integer")
+        raise UsageError(f"seed={seed!r} must be a non-negative integer")
 
 
 def load_shapes_dataset(

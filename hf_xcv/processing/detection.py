@@ -344,37 +344,37 @@ def _check_positive_ints(name: str, values: Any, count: int | None = None) -> No
     ok = isinstance(values, (list, tuple)) and len(values) > 0 and all(is_integer(v) and v > 0 for v in values)
     if not ok or (count is not None and len(values) != count):
         length = f"{count} " if count is not None else "a non-empty list of "
-        raise ValueError(f"{name} must be {length}positive integers, got {values!r}")
+        raise UsageError(f"{name} must be {length}positive integers, got {values!r}")
 
 
 def check_settings(settings: Mapping[str, Any]) -> None:
     """ValueError naming the setting for any value outside what it allows."""
     activation = settings.get("class_activation")
     if activation not in CLASS_ACTIVATIONS:
-        raise ValueError(f"class_activation must be one of {CLASS_ACTIVATIONS}, got {activation!r}")
+        raise UsageError(f"class_activation must be one of {CLASS_ACTIVATIONS}, got {activation!r}")
     num_labels = settings.get("num_labels")
     if num_labels is not None and not (is_integer(num_labels) and num_labels > 0):
-        raise ValueError(f"num_labels must be a positive integer or None, got {num_labels!r}")
+        raise UsageError(f"num_labels must be a positive integer or None, got {num_labels!r}")
     _check_positive_ints("augment_scales", settings.get("augment_scales"))
     _check_positive_ints("augment_crop_scales", settings.get("augment_crop_scales"))
     crop_size = settings.get("augment_crop_size")
     _check_positive_ints("augment_crop_size", crop_size, count=2)
     if crop_size[0] > crop_size[1]:
-        raise ValueError(f"augment_crop_size must be [min, max] with min <= max, got {crop_size!r}")
+        raise UsageError(f"augment_crop_size must be [min, max] with min <= max, got {crop_size!r}")
     max_size = settings.get("augment_max_size")
     if not (is_integer(max_size) and max_size > 0):
-        raise ValueError(f"augment_max_size must be a positive integer, got {max_size!r}")
+        raise UsageError(f"augment_max_size must be a positive integer, got {max_size!r}")
     prob = settings.get("augment_flip_prob")
     if not isinstance(prob, (int, float)) or isinstance(prob, bool) or not 0 <= prob <= 1:
-        raise ValueError(f"augment_flip_prob must be a number in [0, 1], got {prob!r}")
+        raise UsageError(f"augment_flip_prob must be a number in [0, 1], got {prob!r}")
     if settings.get("resize_rounding") not in RESIZE_ROUNDINGS:
-        raise ValueError(f"resize_rounding must be one of {RESIZE_ROUNDINGS}, got {settings.get('resize_rounding')!r}")
+        raise UsageError(f"resize_rounding must be one of {RESIZE_ROUNDINGS}, got {settings.get('resize_rounding')!r}")
 
 
 def _check_format(value: Any) -> None:
     value = getattr(value, "value", value)
     if value != "coco_detection":
-        raise ValueError(f"only format='coco_detection' annotations are supported, got {value!r}")
+        raise UsageError(f"only format='coco_detection' annotations are supported, got {value!r}")
 
 
 def _saved_rounding(kwargs: dict[str, Any]) -> str | None:
@@ -410,7 +410,7 @@ def _legacy_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
 def _field(outputs: Any, name: str) -> torch.Tensor:
     value = outputs.get(name) if isinstance(outputs, Mapping) else getattr(outputs, name, None)
     if not isinstance(value, torch.Tensor):
-        raise ValueError(f"outputs must have a tensor '{name}', got {type(value).__name__}")
+        raise UsageError(f"outputs must have a tensor '{name}', got {type(value).__name__}")
     return value
 
 
@@ -436,7 +436,7 @@ def _scale_factors(target_sizes: Any, batch: int) -> torch.Tensor:
         target_sizes.tolist() if isinstance(target_sizes, torch.Tensor) else target_sizes, dtype=torch.float32
     )
     if sizes.shape != (batch, 2):
-        raise ValueError(
+        raise UsageError(
             f"target_sizes must give (height, width) for each of the {batch} images, got shape {tuple(sizes.shape)}"
         )
     height, width = sizes.unbind(1)
@@ -512,7 +512,7 @@ class DetectionImageProcessor(RemoteCodeMixin, PilBackend):
         kwargs = _legacy_kwargs(kwargs)
         unknown = sorted(set(kwargs) - set(self.valid_kwargs.__annotations__))
         if unknown:
-            raise ValueError(f"unknown setting(s) {unknown}; accepted: {sorted(self.valid_kwargs.__annotations__)}")
+            raise UsageError(f"unknown setting(s) {unknown}; accepted: {sorted(self.valid_kwargs.__annotations__)}")
         super().__init__(**kwargs)
         for key in ("augment_scales", "augment_crop_scales", "augment_crop_size"):
             setattr(self, key, list(getattr(self, key)))  # lists, so that a saved and reloaded processor is equal
@@ -569,7 +569,7 @@ class DetectionImageProcessor(RemoteCodeMixin, PilBackend):
             _check_format(kwargs.pop("format"))
         unknown = sorted(set(kwargs) - set(self.valid_kwargs.__annotations__))
         if unknown:
-            raise ValueError(f"unknown argument(s) {unknown}; accepted: {sorted(self.valid_kwargs.__annotations__)}")
+            raise UsageError(f"unknown argument(s) {unknown}; accepted: {sorted(self.valid_kwargs.__annotations__)}")
         settings = {name: getattr(self, name, None) for name in self.valid_kwargs.__annotations__}
         settings.update({key: value for key, value in kwargs.items() if value is not None})
         settings = self._standardize_kwargs(**settings)
@@ -583,9 +583,9 @@ class DetectionImageProcessor(RemoteCodeMixin, PilBackend):
         if isinstance(annotations, Mapping):
             annotations = [annotations]
         if not isinstance(annotations, Sequence) or isinstance(annotations, str):
-            raise ValueError(f"annotations must be a dict or a list of dicts, got {type(annotations).__name__}")
+            raise UsageError(f"annotations must be a dict or a list of dicts, got {type(annotations).__name__}")
         if len(annotations) != num_images:
-            raise ValueError(
+            raise UsageError(
                 f"got {num_images} image(s) but {len(annotations)} annotation(s): give one annotation dict per image"
             )
         return list(annotations)
@@ -664,7 +664,7 @@ class DetectionImageProcessor(RemoteCodeMixin, PilBackend):
         if settings["do_pad"]:
             pixels, data["pixel_mask"] = _pad(pixels, settings["pad_size"])
         elif return_tensors is not None and len({image.shape for image in pixels}) > 1:
-            raise ValueError(
+            raise UsageError(
                 f"images of different sizes {sorted({image.shape[-2:] for image in pixels})} cannot be stacked "
                 "into one tensor without padding: pass do_pad=True (or return_tensors=None)"
             )
@@ -700,7 +700,7 @@ class DetectionImageProcessor(RemoteCodeMixin, PilBackend):
         """
         logits, boxes = _field(outputs, "logits"), _field(outputs, "pred_boxes")
         if logits.ndim != 3 or boxes.shape != (*logits.shape[:2], 4):
-            raise ValueError(
+            raise UsageError(
                 f"expected logits (B, Q, K) and pred_boxes (B, Q, 4), got {tuple(logits.shape)} and "
                 f"{tuple(boxes.shape)}"
             )
@@ -727,7 +727,7 @@ def _pad(images: list[np.ndarray], pad_size: SizeDict | None) -> tuple[list[np.n
     """Zero-pad (C, H, W) images at the bottom/right to ``pad_size`` or the largest; masks 1 = image."""
     if pad_size is not None:
         if not (pad_size.height and pad_size.width):
-            raise ValueError(f'pad_size must be {{"height": int, "width": int}}, got {dict(pad_size)}')
+            raise UsageError(f'pad_size must be {{"height": int, "width": int}}, got {dict(pad_size)}')
         height, width = pad_size.height, pad_size.width
     else:
         height, width = max(image.shape[-2] for image in images), max(image.shape[-1] for image in images)
@@ -735,7 +735,7 @@ def _pad(images: list[np.ndarray], pad_size: SizeDict | None) -> tuple[list[np.n
     for index, image in enumerate(images):
         h, w = image.shape[-2:]
         if h > height or w > width:
-            raise ValueError(
+            raise UsageError(
                 f"image {index} is {h}x{w} (height x width) after resizing, larger than pad_size {height}x{width}"
             )
         padded.append(np.pad(image, ((0, 0), (0, height - h), (0, width - w))))
