@@ -3,11 +3,23 @@ fields, defaults and checks of :class:`DetectionTransformerConfig`, and the back
 
 from __future__ import annotations
 
+import json
+import os
 from typing import Any
 
-from transformers import PretrainedConfig
+from huggingface_hub import hf_hub_download
+from huggingface_hub.errors import (
+    EntryNotFoundError,
+    HFValidationError,
+    LocalEntryNotFoundError,
+    OfflineModeIsEnabled,
+    RepositoryNotFoundError,
+)
+from transformers import AutoConfig, PretrainedConfig
 
 from .configuration_utils import XcvConfig, check_activation
+from .conversion.detection import swin_backbone_config
+from .conversion.resnet import RESNET_DEPTHS, resnet_config
 from .registry import MODEL_TYPES
 from .utils.checks import (
     check_bool,
@@ -17,12 +29,93 @@ from .utils.checks import (
     check_positive_float,
     check_probability,
 )
+from .utils.errors import UsageError
 
 
 def backbone_types() -> list[str]:
     """The backbones a detector builds: transformers' ResNet (which hf_xcv also dilates for DC5) and every registered
     hf_xcv type with a backbone (its family declares it, with the stages a detector freezes)."""
     return ["resnet", *(t for t, entry in MODEL_TYPES.items() if entry.backbone is not None)]
+
+
+# What a checkpoint's config holds beyond its backbone's architecture and settings: its task, its provenance.
+_NOT_BACKBONE_FIELDS = (
+    "architectures", "id2label", "label2id", "num_labels", "problem_type", "_name_or_path", "transformers_version",
+    "auto_map", "custom_pipelines", "dtype", "torch_dtype", "out_features", "out_indices", "_out_features",
+    "_out_indices", "stage_names",
+)  # fmt: skip
+
+
+def _backbone_as_built(config: dict | PretrainedConfig | None) -> dict | PretrainedConfig | None:
+    """A backbone config a detector builds: transformers' Swin (a ``SwinConfig`` or its dict) converted to hf_xcv's
+    (the mapping transformers' Swin-backed detectors convert with), anything else as given."""
+    source = config.to_dict() if isinstance(config, PretrainedConfig) else config
+    if isinstance(source, dict) and source.get("model_type") == "swin":
+        return swin_backbone_config(source)
+    return config
+
+
+def _hub_config(name: str) -> dict[str, Any]:
+    """The config.json of the Hub repo ``name`` (from the cache when offline); a UsageError naming it otherwise."""
+    resnets = ", ".join(sorted(RESNET_DEPTHS))
+    try:
+        file = hf_hub_download(name, "config.json")
+    except HFValidationError as err:
+        raise UsageError(
+            f"backbone={name!r} is no local folder, no ResNet name ({resnets}) and no Hub repo id: pass the folder "
+            "of a saved backbone checkpoint (a Swin or ResNet classifier, bare model or backbone) or its repo id"
+        ) from err
+    except (LocalEntryNotFoundError, OfflineModeIsEnabled) as err:
+        raise UsageError(
+            f"backbone={name!r} is no local folder, and its config.json is not in the Hub cache while the Hub cannot "
+            f"be reached (offline, HF_HUB_OFFLINE, or no network): download it first (hf download {name}) or pass a "
+            f"local folder ({type(err).__name__})"
+        ) from err
+    except RepositoryNotFoundError as err:
+        raise UsageError(
+            f"backbone={name!r} is no local folder, no ResNet name ({resnets}) and no Hub repo this token can read"
+        ) from err
+    except EntryNotFoundError as err:
+        raise UsageError(f"backbone={name!r}: the Hub repo has no config.json (is it a model checkpoint?)") from err
+    with open(file) as handle:
+        return json.load(handle)
+
+
+def _checkpoint_config(name: str) -> dict[str, Any]:
+    """The config dict of the checkpoint ``backbone`` names: a local folder, a timm / torchvision ResNet name (the
+    architecture only, as transformers' DETR configs give it), or a Hub repo."""
+    if os.path.isdir(name):
+        file = os.path.join(name, "config.json")
+        if not os.path.isfile(file):
+            raise UsageError(f"backbone={name!r} is a folder without a config.json: pass a saved checkpoint's folder")
+        with open(file) as handle:
+            return json.load(handle)
+    if name in RESNET_DEPTHS:
+        return resnet_config(name)
+    return _hub_config(name)
+
+
+def backbone_config_of(name: str, stages: int, backbone_kwargs: dict[str, Any] | None = None) -> PretrainedConfig:
+    """The backbone config of the checkpoint ``name`` (see :func:`_checkpoint_config`) as a detector builds it: its
+    architecture and settings (transformers' Swin converted to hf_xcv's), not its task; returning its last ``stages``
+    stages unless ``backbone_kwargs`` (fields of the backbone's config, ``out_features`` / ``out_indices`` among
+    them) say otherwise. A checkpoint of a type no detector builds is refused by name."""
+    source = _backbone_as_built(_checkpoint_config(name))
+    model_type = source.get("model_type")
+    if model_type not in backbone_types():
+        raise UsageError(
+            f"backbone={name!r} holds a checkpoint of model_type {model_type!r}; a detector's backbone is one of "
+            f"{backbone_types()} (transformers' swin checkpoints are converted to xcv_swin)"
+        )
+    fields = {key: value for key, value in source.items() if key not in _NOT_BACKBONE_FIELDS and key != "model_type"}
+    chosen = dict(backbone_kwargs or {})
+    if "out_features" not in chosen and "out_indices" not in chosen:
+        depth = len(AutoConfig.for_model(model_type, **fields).stage_names) - 1  # the stem is no stage
+        chosen["out_features"] = [f"stage{i}" for i in range(max(depth - stages, 0) + 1, depth + 1)]
+    try:
+        return AutoConfig.for_model(model_type, **{**fields, **chosen})
+    except (TypeError, ValueError) as err:
+        raise UsageError(f"backbone={name!r} with backbone_kwargs={backbone_kwargs!r}: {err}") from err
 
 
 class DetectionTransformerConfig(XcvConfig):
@@ -34,8 +127,16 @@ class DetectionTransformerConfig(XcvConfig):
     ``attention_type`` names), what its backbone must read (:meth:`check_backbone_features`) and its own fields.
 
     Args:
-        backbone_config: the backbone's config (a transformers ``ResNetConfig`` or an hf_xcv ``SwinConfig``, or
-            its dict); ``out_features`` names the stages the detector reads.
+        backbone_config: the backbone's config (a transformers ``ResNetConfig``, an hf_xcv ``SwinConfig``, or
+            transformers' ``SwinConfig``, converted to hf_xcv's; or its dict); ``out_features`` names the stages the
+            detector reads.
+        backbone: instead of ``backbone_config``, the checkpoint whose config the detector builds (transformers'
+            meaning): a local folder or Hub repo id of a ResNet or Swin classifier, bare model or backbone, or a
+            timm / torchvision ResNet name (``"resnet50"``: the architecture only); the detector reads its last
+            stage(s), unless ``backbone_kwargs`` (fields of that config) say otherwise. Not saved.
+        use_pretrained_backbone: with ``backbone``, load that checkpoint's weights into the backbone when the detector
+            is built (a Swin backbone's output norms, which a classifier lacks, start new). Not saved: a saved
+            detector holds its weights.
         num_channels: channels of the input images.
         num_queries: object queries (the most objects one image can hold).
         d_model: width of the transformer.
@@ -99,16 +200,64 @@ class DetectionTransformerConfig(XcvConfig):
     eos_coefficient: float = 0.1
 
     def __post_init__(self, **kwargs: Any) -> None:
-        # transformers' configs carry these for its timm path; hf_xcv builds backbones from backbone_config only.
-        for key in ("use_timm_backbone", "backbone", "use_pretrained_backbone", "backbone_kwargs"):
-            value = kwargs.pop(key, None)
-            if key == "use_timm_backbone" and value:
-                raise ValueError(
-                    "use_timm_backbone=True is not supported: hf_xcv builds the detector's backbone from "
-                    "backbone_config (transformers' ResNet or hf_xcv's Swin), without timm"
-                )
+        if kwargs.pop("use_timm_backbone", None):
+            raise ValueError(
+                "use_timm_backbone=True is not supported: hf_xcv builds the detector's backbone from "
+                "backbone_config (transformers' ResNet or hf_xcv's Swin), without timm"
+            )
+        backbone_kwargs = kwargs.pop("backbone_kwargs", None)
+        self._take_backbone(kwargs.pop("backbone", None), kwargs.pop("use_pretrained_backbone", None), backbone_kwargs)
+        self.backbone_config = _backbone_as_built(self.backbone_config)
         self.dilation = bool(self.dilation)
         super().__post_init__(**kwargs)
+
+    def _take_backbone(self, backbone: Any, use_pretrained: bool | None, backbone_kwargs: dict | None) -> None:
+        """transformers' ``backbone`` (a checkpoint whose config the detector builds: a local folder, a Hub repo id,
+        or a timm / torchvision ResNet name), ``backbone_kwargs`` (fields of that config) and
+        ``use_pretrained_backbone`` (load its weights when the detector is built:
+        :meth:`hf_xcv.modeling_detection.DetectionBackbone.load_pretrained`). They are instructions for building:
+        what is saved is ``backbone_config``, and the weights with the detector's."""
+        self._pretrained_backbone = None  # the checkpoint whose weights the backbone starts from (never saved)
+        if backbone_kwargs is not None and not isinstance(backbone_kwargs, dict):
+            raise UsageError(f"backbone_kwargs must be a dict of backbone config fields, got {backbone_kwargs!r}")
+        if backbone is None:
+            if use_pretrained:
+                raise UsageError(
+                    "use_pretrained_backbone=True needs backbone=<the folder or Hub repo id of the checkpoint whose "
+                    "weights to load>; or build the detector and call model.model.backbone.load_pretrained(path)"
+                )
+            if backbone_kwargs:
+                raise UsageError(
+                    f"backbone_kwargs={backbone_kwargs!r} apply to the checkpoint named by backbone=; without one, "
+                    "set those fields in backbone_config"
+                )
+            return
+        if not isinstance(backbone, (str, os.PathLike)):
+            raise UsageError(f"backbone must be a folder, a Hub repo id or a ResNet name, got {backbone!r}")
+        backbone = os.fspath(backbone)
+        if self.backbone_config is not None:
+            raise UsageError(
+                f"pass backbone={backbone!r} (a checkpoint whose config the detector builds) or backbone_config, "
+                "not both"
+            )
+        if use_pretrained and backbone in RESNET_DEPTHS and not os.path.isdir(backbone):
+            raise UsageError(
+                f"use_pretrained_backbone=True with backbone={backbone!r}: those ImageNet weights are timm's, which "
+                "hf_xcv does not use; pass the folder or Hub repo of a transformers ResNet (e.g. microsoft/resnet-50)"
+            )
+        self.backbone_config = backbone_config_of(backbone, self.default_backbone_stages(), backbone_kwargs)
+        if use_pretrained:
+            self._pretrained_backbone = backbone
+
+    def default_backbone_stages(self) -> int:
+        """How many of a backbone's last stages the detector reads when ``backbone=`` names a checkpoint (its
+        default ``backbone_config``'s)."""
+        return len(self.sub_configs_defaults["backbone_config"].init_kwargs["out_features"])
+
+    def to_dict(self) -> dict[str, Any]:
+        output = super().to_dict()
+        output.pop("_pretrained_backbone", None)  # an instruction for building, not a setting
+        return output
 
     @property
     def backbone_model_type(self) -> str:

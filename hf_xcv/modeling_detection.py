@@ -111,30 +111,53 @@ class DetectionBackbone(nn.Module):
         return maps, [resample_mask(valid, m.shape[-2:]) for m in maps]
 
     def load_pretrained(self, path: str | os.PathLike) -> None:
-        """Load ImageNet weights from a local transformers-format checkpoint of the backbone's architecture (a
-        ``ResNetModel`` / ``ResNetForImageClassification`` / ``ResNetBackbone`` folder, or hf_xcv's Swin): every
-        backbone weight must be there with its shape; a classifier head is ignored. Keys are the backbone's own or
-        carry its architecture's prefix (``resnet.``), as a classifier saves them."""
-        state_dict = load_state_dict(path)
-        wanted = self.model.state_dict()
-        prefix = f"{self.model.base_model_prefix}."
-        found: dict[str, torch.Tensor] = {}
-        for key, tensor in state_dict.items():
-            name = key if key in wanted else key.removeprefix(prefix)
-            if name in wanted:
-                found[name] = tensor
-        missing = sorted(set(wanted) - set(found))
+        """Load ImageNet weights from a checkpoint of the backbone's architecture (a local folder or Hub repo):
+        transformers' ResNet (``ResNetModel`` / ``ResNetForImageClassification`` / ``ResNetBackbone``), or Swin,
+        hf_xcv's or transformers' (converted on load), as a classifier, a bare model or a backbone. Every weight the
+        backbone has must be there with its shape (keys with or without the architecture's prefix, ``resnet.``,
+        ``swin.``, as a classifier saves them), except a Swin backbone's per-stage output norms, which a classifier
+        or a bare model does not have: they start new, with a warning naming them (as
+        ``SwinBackbone.from_pretrained`` does). A classifier's head and final norm are not read."""
+        if isinstance(self.model, XcvPreTrainedModel):
+            found = self._xcv_backbone_weights(path)
+        else:
+            found = self._prefixed_weights(path)
+        missing = sorted(set(self.model.state_dict()) - set(found))
         if missing:
             raise ValueError(
                 f"{path} lacks {len(missing)} weights of the {type(self.model).__name__} this detector uses: "
                 f"{missing[:6]}{' ...' if len(missing) > 6 else ''}"
             )
+        wanted = self.model.state_dict()
         shapes = [
             f"{k} ({list(v.shape)} vs {list(wanted[k].shape)})" for k, v in found.items() if v.shape != wanted[k].shape
         ]
         if shapes:
             raise ValueError(f"{path} has backbone weights of other shapes: {shapes[:6]}")
         self.model.load_state_dict(found)
+        for module in self.model.modules():  # loaded: what initialises the detector after this leaves them alone
+            module._is_hf_initialized = True
+            for tensor in (*module.parameters(recurse=False), *module.buffers(recurse=False)):
+                tensor._is_hf_initialized = True
+
+    def _prefixed_weights(self, path: str | os.PathLike) -> dict[str, torch.Tensor]:
+        """The checkpoint's weights under the backbone's own names (a classifier's ``resnet.`` prefix removed)."""
+        wanted = self.model.state_dict()
+        prefix = f"{self.model.base_model_prefix}."
+        found: dict[str, torch.Tensor] = {}
+        for key, tensor in load_state_dict(path).items():
+            name = key if key in wanted else key.removeprefix(prefix)
+            if name in wanted:
+                found[name] = tensor
+        return found
+
+    def _xcv_backbone_weights(self, path: str | os.PathLike) -> dict[str, torch.Tensor]:
+        """The weights of an hf_xcv backbone loaded by its own ``from_pretrained`` (conversion, prefixes, new output
+        norms, resampled position tables) at the detector's stages, window and resolution."""
+        config = self.model.config
+        keys = ("out_features", "window_size", "image_size")
+        settings = {key: getattr(config, key) for key in keys if hasattr(config, key)}
+        return dict(type(self.model).from_pretrained(path, **settings).state_dict())
 
 
 class DetectionTransformerPreTrainedModel(XcvPreTrainedModel):
@@ -179,12 +202,17 @@ class DetectionTransformerPreTrainedModel(XcvPreTrainedModel):
     def build_backbone(self, backbone_class: type[DetectionBackbone] = DetectionBackbone) -> DetectionBackbone:
         """The config's backbone, frozen and dilated as it says (``backbone_class``: a family's own subclass)."""
         config = self.config
-        return backbone_class(
+        backbone = backbone_class(
             config.backbone_config,
             freeze_batch_norm=config.freeze_batch_norm,
             dilation=config.dilation,
             frozen_stages=config.frozen_backbone_stages,
         )
+        # DetrConfig(backbone=..., use_pretrained_backbone=True); not into a skeleton on the meta device (loading)
+        pretrained = getattr(config, "_pretrained_backbone", None)
+        if pretrained is not None and next(backbone.parameters()).device.type != "meta":
+            backbone.load_pretrained(pretrained)
+        return backbone
 
     @classmethod
     def from_pretrained(cls, *args: Any, **kwargs: Any):

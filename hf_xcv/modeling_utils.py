@@ -9,7 +9,9 @@ with a warning. For hf_xcv that would hide a broken or mismatched checkpoint, so
   weights that architecture does not have (a task head may be missing: that is how fine-tuning starts from a
   backbone checkpoint; a head of another task may be left over),
 * initialises and reports what the requested configuration adds beyond the checkpoint's own (a new
-  attention core, ``from_pretrained(path, attention_type="performer")``) and what it no longer uses,
+  attention core, ``from_pretrained(path, attention_type="performer")``) or the requested class beyond the class the
+  checkpoint was saved from (a Swin backbone's output norms, loaded from a Swin classifier; the base model's prefix
+  is added or removed as transformers does), and what it no longer uses,
 * raises ``CheckpointMismatchError`` (a ValueError and, as transformers raises, a RuntimeError) for backbone
   weights of the wrong shape,
 * turns a truncated or corrupt weights file into an error naming the file,
@@ -53,7 +55,7 @@ from .conversion import (
 from .integrations.peft import hold_frozen_batch_norms
 from .layers import SinusoidalPositionEmbedding, check_pixel_tensor, sinusoidal_table
 from .model_card import card_to_push, card_to_save, loaded_checkpoint
-from .registry import convertible_sources, find_converter
+from .registry import MODEL_TYPES, convertible_sources, find_converter
 
 logger = logging.getLogger(__name__)
 
@@ -318,46 +320,76 @@ class XcvPreTrainedModel(PreTrainedModel):
         missing = {k for k in info.get("missing_keys", ()) if not self._is_head_key(k)}
         unexpected = {k for k in info.get("unexpected_keys", ()) if not self._is_head_key(k)}
         if missing or unexpected:
-            own = self._checkpoint_architecture_keys(path, hub_kwargs)
-            if missing & own:
+            own, saved, source = self._checkpoint_architecture_keys(path, hub_kwargs)
+            if missing & own & saved:
                 raise ValueError(
-                    f"checkpoint {shown} is missing {len(missing & own)} weights of the model{converted}: "
-                    f"{_show(missing & own)}"
+                    f"checkpoint {shown} is missing {len(missing & own & saved)} weights of the model{converted}: "
+                    f"{_show(missing & own & saved)}"
                 )
-            if unexpected - own:
+            if unexpected - own - saved:
                 raise ValueError(
-                    f"checkpoint {shown} has {len(unexpected - own)} weights the model does not have "
-                    f"(another architecture or size?){converted}: {_show(unexpected - own)}"
+                    f"checkpoint {shown} has {len(unexpected - own - saved)} weights the model does not have "
+                    f"(another architecture or size?){converted}: {_show(unexpected - own - saved)}"
                 )
-            if missing:
+            if missing:  # what this class (a Swin backbone's output norms) or configuration (a new core) adds
                 trained = {name for name, _ in self.named_parameters()}
                 logger.warning(
-                    "newly initialised tensors that this configuration (attention_type=%r) adds to the checkpoint's "
-                    "(as a freshly built core has them; parameters among them are untrained: fine-tune before use): "
+                    "newly initialised tensors that this %s (attention_type=%r) has and the checkpoint (a %s as "
+                    "saved) does not (as freshly built; parameters among them are untrained: fine-tune before use): "
                     "parameters %s; buffers %s",
+                    type(self).__name__,
                     self.config.attention_type,
+                    source,
                     _show([k for k in missing if k in trained]) or "none",
                     _show([k for k in missing if k not in trained]) or "none",
                 )
             if unexpected:
-                logger.warning("checkpoint weights this configuration does not use: %s", _show(list(unexpected)))
+                logger.warning("checkpoint weights this model does not use: %s", _show(list(unexpected)))
         new_head = [k for k in info.get("missing_keys", ()) if self._is_head_key(k)]
         new_head += [k for k, *_ in info.get("mismatched_keys", ())]
         if new_head:
             logger.warning("newly initialised task-head weights (train before use): %s", _show(new_head))
 
-    def _checkpoint_architecture_keys(self, path: Any, hub_kwargs: dict[str, Any]) -> set[str]:
-        """The state-dict keys this class has under the checkpoint's own saved config (the model's own config
-        when there is no saved one), built on the meta device: what the checkpoint should hold."""
-        config = self.config
+    def _checkpoint_architecture_keys(self, path: Any, hub_kwargs: dict[str, Any]) -> tuple[set[str], set[str], str]:
+        """What the checkpoint should hold, from models built on the meta device under its own saved config (the
+        model's own config when there is no saved one): the state-dict keys of this class; those of the class it was
+        saved from (its ``architectures``: the family's classifier, bare model or backbone), under this class's names
+        (the base model's prefix added or removed, as transformers loads them); and that class's name."""
+        config, saved_class = self.config, type(self)
         if path is not None:
             try:
-                config = self.config_class.from_dict(load_config_dict(path, **hub_kwargs))
+                saved = load_config_dict(path, **hub_kwargs)
             except OSError:
-                pass
+                saved = None
+            if saved is not None:
+                config = self.config_class.from_dict(saved)
+                saved_class = _family_class(type(self), saved.get("architectures"))
         with torch.device("meta"):
-            reference = type(self)(config)
-        return set(reference.state_dict())
+            own = set(type(self)(config).state_dict())
+            if saved_class is type(self):
+                return own, own, saved_class.__name__
+            theirs = set(saved_class(config).state_dict())
+        return own, _named_as(theirs, own, self.base_model_prefix), saved_class.__name__
+
+
+def _family_class(cls: type, architectures: list[str] | None) -> type:
+    """The class of ``cls``'s model type that ``architectures`` names (``cls`` when it names none of them)."""
+    entry = MODEL_TYPES.get(cls.config_class.model_type)
+    classes = {} if entry is None else {model.__name__: model for model in entry.model_classes}
+    return next((classes[name] for name in architectures or () if name in classes), cls)
+
+
+def _named_as(keys: set[str], own: set[str], prefix: str) -> set[str]:
+    """``keys`` of another class of the family under the names of a class whose keys are ``own``: the base model's
+    ``prefix`` removed (a classifier's weights for the bare model) or added (a bare model's for a classifier)."""
+    dotted = f"{prefix}."
+    theirs_prefixed = any(key.startswith(dotted) for key in keys)
+    ours_prefixed = any(key.startswith(dotted) for key in own)
+    if theirs_prefixed and not ours_prefixed:
+        return {key.removeprefix(dotted) for key in keys}
+    if ours_prefixed and not theirs_prefixed:
+        return {dotted + key for key in keys}
+    return keys
 
 
 class XcvGenerationMixin(GenerationMixin):

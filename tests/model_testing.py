@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+import re
 
 import model_specs
 import torch
@@ -50,6 +51,50 @@ def stack_outputs(outputs) -> tuple[tuple, tuple]:
     if hasattr(outputs, "encoder_hidden_states"):
         return outputs.encoder_hidden_states, outputs.encoder_attentions
     return outputs.hidden_states, outputs.attentions
+
+
+# The output fields that hold one tensor per layer or stage: hidden states and attention maps.
+MAP_FIELDS = (
+    "hidden_states",
+    "reshaped_hidden_states",
+    "attentions",
+    "encoder_hidden_states",
+    "encoder_attentions",
+    "decoder_hidden_states",
+    "decoder_attentions",
+    "cross_attentions",
+)
+
+
+def layer_outputs(outputs) -> dict[str, torch.Tensor]:
+    """Every hidden state and attention map of an output, by ``field.index`` (``attentions.0``, ...)."""
+    found = {}
+    for field in MAP_FIELDS:
+        for index, tensor in enumerate(outputs.get(field) or ()):
+            if isinstance(tensor, torch.Tensor):
+                found[f"{field}.{index}"] = tensor
+    return found
+
+
+def check_layer_outputs_on_the_graph(model, inputs: dict, constant: tuple[str, ...] = ()) -> None:
+    """With ``output_attentions`` and ``output_hidden_states``, every hidden state and attention map the model returns
+    is on the autograd graph of its outputs, as transformers' ``test_retain_grad_hidden_states_attentions`` checks:
+    a gradient retained on it is not None after a backward from the main output (attribution methods read them).
+    ``constant``: regexes over ``field.index`` of outputs that are constants by design (an all-zero start, a one-hot
+    selection), which must then not require a gradient at all."""
+    outputs = model(**inputs, output_attentions=True, output_hidden_states=True)
+    tensors = layer_outputs(outputs)
+    assert any(name.split(".")[0].endswith("attentions") for name in tensors), "no attention maps returned"
+    fixed = {name for name in tensors if any(re.fullmatch(pattern, name) for pattern in constant)}
+    for name, tensor in tensors.items():
+        if name in fixed:
+            assert not tensor.requires_grad, f"{name} is declared constant but requires a gradient"
+        else:
+            assert tensor.requires_grad, f"{name} is off the autograd graph (detached or computed without grad)"
+            tensor.retain_grad()
+    main_output(outputs).square().mean().backward()
+    off_graph = [name for name in tensors if name not in fixed and tensors[name].grad is None]
+    assert not off_graph, f"no gradient reaches {off_graph}: copies beside the computation, not on its graph"
 
 
 def main_output(outputs) -> torch.Tensor:

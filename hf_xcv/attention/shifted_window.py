@@ -119,10 +119,11 @@ class _Windows:
         # (windows, N + prefix): the token index of every key a window scores (its slots, then the prefix)
         prefix_keys = torch.arange(prefix, device=device).expand(self.count, prefix)
         self.keys = torch.cat([self.index, prefix_keys], dim=1)
-        slots = self.index.flatten()
-        real = torch.nonzero(slots < self.length).flatten()
-        self.slot_of_token = torch.empty(grid[0] * grid[1], dtype=torch.long, device=device)
-        self.slot_of_token[slots[real] - prefix] = real
+        # The slot of every grid token: sorting the slots by the token they hold puts the grid tokens first, in
+        # token order (each holds one slot; padding slots hold ``length``, the largest). A sort, not a nonzero():
+        # the number of real slots stays a static size when the layout is traced (torch.export, ONNX).
+        order = torch.argsort(self.index.flatten(), stable=True)
+        self.slot_of_token = order[: grid[0] * grid[1]]
 
     def split(self, x: torch.Tensor) -> torch.Tensor:
         """(B, H, prefix + h * w, D) -> the grid tokens in windows (B * windows, H, N, D), padding slots zero. One
@@ -323,6 +324,23 @@ def window_maps_to_tokens(
     """Per-window attention maps (B * windows, H, N, N) of a padded, rolled ``grid`` as (B, H, h * w, h * w) in
     token order (the padding tokens' share, where a grid was padded with tokens that take part, is left out)."""
     return ShiftedWindowAttention._dense_weights(_Windows(grid, window, shift, 0, probs.device), probs, None, batch)
+
+
+def read_back_window_maps(
+    maps: torch.Tensor, probs: torch.Tensor, grid: tuple[int, int], window: int, shift: int
+) -> torch.Tensor:
+    """The per-window maps ``probs`` (B * windows, H, N, N) of a padded, rolled ``grid`` read back from their
+    token-order ``maps`` (B, H, h * w, h * w) (:func:`window_maps_to_tokens`) where query and key are grid tokens, and
+    taken from ``probs`` where either is a padding token: the same values, computed from ``maps``, so that what is
+    computed from them depends on the maps on the autograd graph."""
+    layout = _Windows(grid, window, shift, 0, probs.device)
+    length = layout.length
+    slots = layout.index.clamp(max=length - 1)  # (windows, N): padding slots read any token, then are replaced
+    real = layout.index < length
+    read = maps[:, :, slots[:, :, None], slots[:, None, :]]  # (B, H, windows, N, N)
+    read = read.transpose(1, 2).reshape(probs.shape)  # (B * windows, H, N, N)
+    both_real = layout.per_window((real[:, :, None] & real[:, None, :])[None, :, None], maps.shape[0])
+    return torch.where(both_real, read, probs)
 
 
 def _per_window_prefix(x: torch.Tensor, prefix: int, count: int) -> torch.Tensor:

@@ -25,6 +25,9 @@ class ModelTestSpec:
         nothing, and a core's part that only they reach gets no gradient).
     structurally_zero_gradients: parameters (regexes over their names) whose gradient is exactly zero by the
         architecture on a freshly initialised model; the tests check that it is zero and that no other is.
+    constant_outputs: hidden states and attention maps (regexes over ``field.index``, e.g. ``attentions\\.\\d+``)
+        that are constants by design (an all-zero start, a one-hot selection), off the autograd graph; every other
+        one must be on it.
     """
 
     model_type: str
@@ -32,6 +35,7 @@ class ModelTestSpec:
     dummy_inputs: Callable[..., dict[str, Any]]
     attention_test_overrides: dict[str, Any] = field(default_factory=dict)
     structurally_zero_gradients: tuple[str, ...] = ()
+    constant_outputs: tuple[str, ...] = ()
 
 
 def image_dummy_inputs(config: Any, *, batch: int = 2, labels: bool = False) -> dict[str, torch.Tensor]:

@@ -12,6 +12,8 @@ import torch
 from model_testing import MODEL_CASES, assert_close_at_scale, case_id, make_inputs, tiny_config
 from torch.export import Dim
 
+import hf_xcv
+
 
 def build(case):
     model_type, cls = case
@@ -90,3 +92,19 @@ def test_onnx_export_runs_in_onnxruntime_with_the_eager_outputs(case, tmp_path):
     (result,) = session.run(None, {name: value.numpy() for name, value in inputs.items()})
     scale = max(1.0, float(expected.abs().max()))  # IPT's values are 0-255, the others' about 1
     np.testing.assert_allclose(result, expected.numpy(), atol=1e-5 * scale, rtol=1e-4)
+
+
+def test_swin_exports_through_transformers_exporter_with_a_free_batch():
+    """transformers' ONNX exporter (torch.export with a dynamic batch, then its graph fixes) takes Swin: its window
+    layout holds no data-dependent size (a nonzero() made one, on which the exporter stopped), and the graph run in
+    onnxruntime at other batch sizes gives the eager outputs."""
+    exporters = pytest.importorskip("transformers.exporters")
+    model = build(("xcv_swin", hf_xcv.SwinForImageClassification))
+    config = exporters.OnnxConfig(dynamic_shapes={"pixel_values": {0: Dim("batch")}})
+    exported = exporters.OnnxExporter().export(model, tensors_of(model), config=config)
+    for batch in (1, 3):
+        inputs = tensors_of(model, batch=batch)
+        with torch.no_grad():
+            expected = model(**inputs).logits
+        assert_close_at_scale(torch.as_tensor(exported(**inputs)["logits"]), expected)
+

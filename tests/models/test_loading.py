@@ -186,3 +186,35 @@ def test_converting_an_incomplete_checkpoint_writes_nothing(transformers_vit, tm
     ):
         convert_checkpoint(transformers_vit, tmp_path / "out", "xcv_vit")
     assert not (tmp_path / "out").exists()
+
+
+PREFIX_CASES = [
+    (model_type, entry.base_model, other)
+    for model_type, entry in hf_xcv.MODEL_TYPES.items()
+    for other in entry.model_classes
+    if other is not entry.base_model
+]
+
+
+@pytest.mark.parametrize("model_type, base, other", PREFIX_CASES, ids=[c[2].__name__ for c in PREFIX_CASES])
+def test_the_base_model_prefix_loads_both_ways(model_type, base, other, tmp_path):
+    """A task model's (or backbone's) checkpoint loads into the bare model and the bare model's into it, the base
+    model's prefix removed or added as transformers does: every weight both have is the checkpoint's."""
+    prefix = f"{base.base_model_prefix}."
+    torch.manual_seed(0)
+    source = other(tiny_config(model_type))
+    source.save_pretrained(tmp_path / "other")
+    bare = base.from_pretrained(tmp_path / "other")
+    theirs = source.state_dict()
+    for name, tensor in bare.state_dict().items():
+        key = name if name in theirs else prefix + name
+        if key in theirs:
+            assert torch.equal(tensor, theirs[key]), name
+    assert any(prefix + name in theirs or name in theirs for name in bare.state_dict())
+    bare.save_pretrained(tmp_path / "bare")
+    again = other.from_pretrained(tmp_path / "bare")
+    ours = bare.state_dict()
+    for name, tensor in again.state_dict().items():
+        key = name if name in ours else name.removeprefix(prefix)
+        if key in ours:
+            assert torch.equal(tensor, ours[key]), name

@@ -16,6 +16,7 @@ from model_testing import (
     assert_close_at_scale,
     auto_load,
     case_id,
+    check_layer_outputs_on_the_graph,
     entry_config,
     main_output,
     make_inputs,
@@ -141,6 +142,12 @@ def test_output_hidden_states_attentions_and_tuples(model_case):
     # the tuple call ran sdpa, the other eager (for the weights): equal up to rounding
     first = as_tuple[0] if isinstance(as_tuple[0], torch.Tensor) else torch.cat([t.flatten() for t in as_tuple[0]])
     assert_close_at_scale(first, main_output(out))
+
+
+def test_hidden_states_and_attention_maps_are_on_the_autograd_graph(model_case):
+    model_type, cls = model_case
+    model = cls(tiny_config(model_type)).eval()
+    check_layer_outputs_on_the_graph(model, make_inputs(model, labels=False), SPECS[model_type].constant_outputs)
 
 
 def test_config_return_dict_false_gives_tuples(model_case):

@@ -374,7 +374,12 @@ class MultiScaleDeformableAttention(nn.Module):
         offsets = self.sampling_offsets(query).view(batch, queries, heads, levels, points, 2)
         weights = self.attention_weights(query).view(batch, queries, heads, levels * points)
         geometry = torch.promote_types(query.dtype, torch.float32)  # locations and softmax in float32 at least
-        weights = weights.to(geometry).softmax(-1).view(batch, queries, heads, levels, points)
+        weights = weights.to(geometry).softmax(-1)  # (B, Q, heads, L * P)
+        maps = None
+        if output_attentions:  # the map returned is the one the sampling reads (a view of it), so it is on the graph
+            maps = weights.transpose(1, 2).contiguous()  # (B, heads, Q, L * P)
+            weights = maps.transpose(1, 2)
+        weights = weights.unflatten(-1, (levels, points))  # (B, Q, heads, L, P)
         reference = per_level_reference_points(reference_points, valid_ratios, levels).to(geometry)  # (B, Q, L, 2|4)
         offsets = offsets.to(geometry)
         if reference.shape[-1] == 2:
@@ -387,7 +392,7 @@ class MultiScaleDeformableAttention(nn.Module):
             raise ValueError(f"reference_points must end in 2 (x, y) or 4 (cx, cy, w, h), got {tuple(reference.shape)}")
         output = multi_scale_deformable_attention(values, shapes, locations, weights)
         output = self.output_proj(output.to(values.dtype))
-        return output, (weights.transpose(1, 2).flatten(3) if output_attentions else None)
+        return output, maps
 
 
 def per_level_reference_points(reference: torch.Tensor, valid_ratios: torch.Tensor | None, levels: int) -> torch.Tensor:

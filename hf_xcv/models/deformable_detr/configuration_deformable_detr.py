@@ -93,6 +93,11 @@ class DeformableDetrConfig(DetectionTransformerConfig):
         kwargs.pop("tie_word_embeddings", None)  # transformers ties the refined heads (D10); hf_xcv never does
         super().__post_init__(**kwargs)
 
+    def default_backbone_stages(self) -> int:
+        """The last three stages (strides 8, 16, 32), as the original, or one per level when there are fewer."""
+        levels = self.num_feature_levels if isinstance(self.num_feature_levels, int) else 1  # check() names a bad one
+        return max(min(super().default_backbone_stages(), levels), 1)
+
     @property
     def num_decoder_queries(self) -> int:
         return self.two_stage_num_proposals if self.two_stage else self.num_queries

@@ -31,6 +31,7 @@ from ...attention.shifted_window import (
     ShiftedWindowAttention,
     padded_grid,
     partition,
+    read_back_window_maps,
     unpartition,
     window_and_shift,
     window_maps_to_tokens,
@@ -94,6 +95,13 @@ def to_map(tokens: torch.Tensor, grid: tuple[int, int]) -> torch.Tensor:
     return tokens.transpose(1, 2).reshape(tokens.shape[0], tokens.shape[2], *grid)
 
 
+def through_map(tokens: torch.Tensor, grid: tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """``tokens`` (B, h * w, C) as a map (B, C, h, w) and the same tokens read back from it: computing on with those
+    puts the map a model returns on the autograd graph (a retained gradient, attribution), not beside it."""
+    feature_map = to_map(tokens, grid)
+    return feature_map, feature_map.flatten(2).transpose(1, 2).contiguous()  # (B, h * w, C)
+
+
 class SwinEmbeddings(nn.Module):
     """Patch embedding (pixels padded to a multiple of the patch), LayerNorm, optional absolute positions."""
 
@@ -118,7 +126,9 @@ class SwinEmbeddings(nn.Module):
         """(B, C, H, W) -> tokens (B, ceil(H/p) * ceil(W/p), embed_dim) and their grid."""
         if pixel_values.ndim == 4 and min(pixel_values.shape[-2:]) < 1:
             raise ValueError(f"pixel_values have an empty side: shape {tuple(pixel_values.shape)}")
-        height, width = pixel_values.shape[-2:]
+        # Concrete sizes, also while tracing: windows, shifts and padding follow the image size, so an exported or
+        # compiled graph holds one size (its batch stays free) rather than guards that ONNX cannot check.
+        height, width = (int(size) for size in pixel_values.shape[-2:])
         ph, pw = self.patch_size
         if height % ph or width % pw:  # to a multiple of the patch
             pixel_values = F.pad(pixel_values, (0, (-width) % pw, 0, (-height) % ph))
@@ -183,21 +193,31 @@ class SwinLayer(GradientCheckpointingLayer):
                 .expand(batch, -1, -1, -1, -1)
                 .reshape(batch * count, 1, *regions.shape[1:])
             )
+        windows = windows.reshape(batch * count, window * window, channels)
         attended, weights, _ = self.attention(
-            windows.reshape(batch * count, window * window, channels),
-            grid=(window, window),
-            attention_bias=bias,
-            output_attentions=output_attentions,
+            windows, grid=(window, window), attention_bias=bias, output_attentions=output_attentions
         )  # (B * nW, N, C)
+        if weights is not None:
+            probs = weights
+            weights = window_maps_to_tokens(probs, grid, window, shift, batch)  # (B, heads, L, L)
+            attended = self._through_maps(attended, windows, read_back_window_maps(weights, probs, grid, window, shift))
         attended = unpartition(attended.view(batch, count, window * window, channels), window, padded)
         if shift:
             attended = torch.roll(attended, (shift, shift), dims=(1, 2))
         if padded != tuple(grid):
             attended = attended[:, : grid[0], : grid[1]]
-        attended = attended.reshape(batch, length, channels)
-        if weights is not None:
-            weights = window_maps_to_tokens(weights, grid, window, shift, batch)
-        return attended, weights
+        return attended.reshape(batch, length, channels), weights
+
+    def _through_maps(self, attended: torch.Tensor, windows: torch.Tensor, probs: torch.Tensor) -> torch.Tensor:
+        """``attended`` (B * nW, N, C) as computed, with the gradient of ``o_proj(probs @ v)`` (the same function of
+        the same values; ``probs`` (B * nW, heads, N, N) read back from the token-order maps the block returns): the
+        maps are on the autograd graph (``retain_grad``, attribution), as transformers' are. Attention dropout is
+        left out of this gradient, as the registry's maps that are copies leave it out."""
+        attention = self.attention
+        count, size, channels = windows.shape
+        v = attention.v_proj(windows).view(count, size, attention.num_heads, -1).transpose(1, 2)  # (B * nW, H, N, D)
+        through = attention.o_proj(torch.matmul(probs, v).transpose(1, 2).reshape(count, size, channels))
+        return attended.detach() + (through - through.detach())
 
     def forward(
         self, hidden_states: torch.Tensor, grid: tuple[int, int], output_attentions: bool = False
@@ -244,13 +264,19 @@ class SwinStage(nn.Module):
         self.downsample = SwinPatchMerging(dim) if stage < len(config.depths) - 1 else None
 
     def forward(
-        self, hidden_states: torch.Tensor, grid: tuple[int, int], output_attentions: bool = False
-    ) -> tuple[torch.Tensor, tuple[int, int], torch.Tensor, torch.Tensor | None]:
-        """Returns the output, its grid, the features before merging (B, L, C) and the last block's maps."""
-        weights = None
+        self,
+        hidden_states: torch.Tensor,
+        grid: tuple[int, int],
+        output_attentions: bool = False,
+        output_features: bool = False,
+    ) -> tuple[torch.Tensor, tuple[int, int], torch.Tensor | None, torch.Tensor | None]:
+        """Returns the output, its grid, the features before merging as a map (B, C, h, w) when
+        ``output_features`` (the merging reads it) and the last block's maps."""
+        weights = features = None
         for block in self.blocks:
             hidden_states, weights = block(hidden_states, grid, output_attentions)
-        features = hidden_states
+        if output_features:
+            features, hidden_states = through_map(hidden_states, grid)
         if self.downsample is not None:
             hidden_states, grid = self.downsample(hidden_states, grid)
         return hidden_states, grid, features, weights
@@ -277,24 +303,27 @@ class SwinEncoder(nn.Module):
         output_hidden_states: bool = False,
         output_stage_features: bool = False,
     ) -> SwinEncoderOutput:
-        hidden, reshaped = ([hidden_states], [to_map(hidden_states, grid)]) if output_hidden_states else (None, None)
-        features = [to_map(hidden_states, grid)] if output_stage_features else None
+        # Every map returned is on the path to the outputs: the tokens computed on are read back from it.
+        hidden = reshaped = features = None
+        if output_hidden_states or output_stage_features:
+            stem, hidden_states = through_map(hidden_states, grid)
+            hidden, reshaped, features = [hidden_states], [stem], [stem]
         all_weights = [] if output_attentions else None
         for stage in self.layers:
-            stage_grid = grid
-            hidden_states, grid, before, weights = stage(hidden_states, grid, output_attentions)
+            hidden_states, grid, before, weights = stage(hidden_states, grid, output_attentions, output_stage_features)
             if output_hidden_states:
+                feature_map, hidden_states = through_map(hidden_states, grid)
                 hidden.append(hidden_states)
-                reshaped.append(to_map(hidden_states, grid))
+                reshaped.append(feature_map)
             if output_stage_features:
-                features.append(to_map(before, stage_grid))
+                features.append(before)
             if output_attentions:
                 all_weights.append(weights)
         return SwinEncoderOutput(
             last_hidden_state=hidden_states,
-            hidden_states=tuple(hidden) if hidden is not None else None,
-            reshaped_hidden_states=tuple(reshaped) if reshaped is not None else None,
-            stage_features=tuple(features) if features is not None else None,
+            hidden_states=tuple(hidden) if output_hidden_states else None,
+            reshaped_hidden_states=tuple(reshaped) if output_hidden_states else None,
+            stage_features=tuple(features) if output_stage_features else None,
             attentions=tuple(all_weights) if all_weights is not None else None,
         )
 

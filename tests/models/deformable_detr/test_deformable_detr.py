@@ -347,6 +347,48 @@ def test_backbone_reads_stages_two_to_four_plus_a_stride_64_level():
     assert [tuple(s.shape[-2:]) for s in sources] == [(16, 12), (8, 6), (4, 3), (2, 2)]  # strides 8, 16, 32, 64
 
 
+def test_module_returns_the_attention_weights_its_sampling_reads():
+    """The maps are on the autograd graph (a retained gradient, attribution): their gradient is the output's
+    gradient with respect to the weights the sampling used."""
+    torch.manual_seed(0)
+    module = MultiScaleDeformableAttention(d_model=16, n_levels=2, n_heads=2, n_points=2)
+    with torch.no_grad():
+        module.attention_weights.weight.normal_()
+    shapes = [(4, 5), (2, 3)]
+    query, value = torch.randn(2, 3, 16), torch.randn(2, 26, 16)
+    reference = torch.rand(2, 3, 2)
+    output, maps = module(query, reference, value, shapes, output_attentions=True)
+    assert maps.shape == (2, 2, 3, 4) and maps.requires_grad
+    maps.retain_grad()
+    output.sin().sum().backward()
+    weights = maps.detach().transpose(1, 2).unflatten(-1, (2, 2)).requires_grad_()  # (B, Q, heads, L, P)
+    values = module.value_proj(value).view(2, 26, 2, 8)
+    offsets = module.sampling_offsets(query).view(2, 3, 2, 2, 2, 2)
+    size = torch.tensor([[w, h] for h, w in shapes], dtype=torch.float32)
+    locations = reference[:, :, None, None, None, :] + offsets / size[None, None, None, :, None, :]
+    again = module.output_proj(multi_scale_deformable_attention_reference(values, shapes, locations, weights))
+    (expected,) = torch.autograd.grad(again.sin().sum(), weights)
+    torch.testing.assert_close(maps.grad, expected.flatten(3).transpose(1, 2), atol=1e-6, rtol=1e-5)
+
+
+def test_a_swin_classifier_folder_or_a_transformers_swin_config_is_the_backbone(tmp_path):
+    swin = dict(embed_dim=16, depths=[1, 1, 2, 1], num_heads=[2, 2, 4, 4], window_size=2, image_size=64)
+    classifier = hf_xcv.SwinForImageClassification(hf_xcv.SwinConfig(**swin, num_labels=2))
+    with torch.no_grad():
+        classifier.swin.embeddings.norm.weight.normal_()
+    classifier.save_pretrained(tmp_path)
+    tiny = {k: v for k, v in hf_xcv.PRESETS[TINY].config.items() if k != "backbone_config"}
+    config = DeformableDetrConfig(**tiny, backbone=str(tmp_path), use_pretrained_backbone=True, num_labels=3)
+    assert config.backbone_config.out_features == ["stage2", "stage3", "stage4"]  # strides 8, 16, 32
+    model = DeformableDetrForObjectDetection(config).train()
+    backbone = model.model.backbone.model
+    assert torch.equal(backbone.swin.embeddings.norm.weight, classifier.swin.embeddings.norm.weight)
+    model(**make_inputs(model)).loss.backward()
+    theirs = transformers.SwinConfig(**swin, out_features=["stage3", "stage4"])
+    converted = DeformableDetrConfig(**tiny, backbone_config=theirs).backbone_config
+    assert isinstance(converted, hf_xcv.SwinConfig) and converted.out_features == ["stage3", "stage4"]
+
+
 def test_save_load_auto_classes_and_processor(tmp_path):
     model = DeformableDetrForObjectDetection(tiny("two_stage")).eval()
     randomize_norms(model)

@@ -19,6 +19,7 @@ from hf_xcv import DetrConfig, DetrForObjectDetection, DetrModel, preset_config
 from hf_xcv.cli import convert_detr
 from hf_xcv.conversion import detr as mapping
 from hf_xcv.layers import FrozenBatchNorm2d
+from hf_xcv.utils.errors import UsageError
 
 RESNET = dict(out_features=["stage4"], depths=[1, 2, 1, 1], hidden_sizes=[16, 32, 64, 128], embedding_size=16)
 SIZES = dict(
@@ -244,6 +245,127 @@ def test_imagenet_backbone_weights_load_from_a_transformers_resnet_folder(tmp_pa
     other.save_pretrained(tmp_path / "other")
     with pytest.raises(ValueError, match="lacks .* weights|other shapes"):
         model.backbone.load_pretrained(tmp_path / "other")
+
+
+TINY_SWIN = dict(embed_dim=16, depths=[1, 1, 2, 1], num_heads=[2, 2, 4, 4], window_size=2, image_size=64)
+# detr-test-tiny without its backbone: the backbone comes from backbone= or backbone_config=
+TINY_DETR = {k: v for k, v in hf_xcv.PRESETS["detr-test-tiny"].config.items() if k != "backbone_config"}
+
+
+def random_swin(cls=hf_xcv.SwinForImageClassification, **overrides):
+    """An hf_xcv Swin with random values in every tensor (its LayerNorms too), so loaded weights are told apart."""
+    model = cls(hf_xcv.SwinConfig(**{**TINY_SWIN, **overrides}))
+    with torch.no_grad():
+        for param in model.parameters():
+            param.normal_(0, 0.5)
+    return model
+
+
+def test_detr_fine_tunes_from_a_swin_classifier_folder(tmp_path, caplog):
+    """backbone= names the checkpoint whose config the detector builds and use_pretrained_backbone=True loads its
+    weights (the classifier's body; the backbone's output norms start new, named in a warning); a few steps then
+    lower the loss, and the saved detector reloads without the classifier's folder."""
+    classifier = random_swin(num_labels=5)
+    classifier.save_pretrained(tmp_path / "swin")
+    with caplog.at_level("WARNING"):
+        config = DetrConfig(**TINY_DETR, backbone=str(tmp_path / "swin"), use_pretrained_backbone=True, num_labels=3)
+        model = DetrForObjectDetection(config)
+    assert "has and the checkpoint (a SwinForImageClassification as saved) does not" in caplog.text
+    assert "hidden_states_norms.stage4.bias, hidden_states_norms.stage4.weight" in caplog.text
+    assert isinstance(config.backbone_config, hf_xcv.SwinConfig) and config.backbone_config.out_features == ["stage4"]
+    backbone = model.model.backbone.model
+    for name, tensor in backbone.state_dict().items():
+        if not name.startswith("hidden_states_norms."):
+            assert torch.equal(tensor, classifier.state_dict()[name]), name
+    inputs = make_inputs(model.train())
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-3)
+    losses = []
+    for _ in range(6):
+        loss = model(**inputs).loss
+        losses.append(loss.item())
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    assert losses[-1] < losses[0]
+    model.save_pretrained(tmp_path / "detr")
+    assert "pretrained_backbone" not in (tmp_path / "detr" / "config.json").read_text()  # how it was built
+    for file in (tmp_path / "swin").iterdir():
+        file.unlink()
+    reloaded = DetrForObjectDetection.from_pretrained(tmp_path / "detr").eval()
+    inputs = make_inputs(model, labels=False)
+    with torch.no_grad():
+        assert torch.equal(reloaded(**inputs).logits, model.eval()(**inputs).logits)
+
+
+def test_load_pretrained_takes_swin_classifiers_bare_models_and_transformers_swin(tmp_path):
+    config = preset_config("detr-test-tiny", backbone_config={**TINY_SWIN, "model_type": "xcv_swin"})
+    model = DetrModel(config)
+    for name, source in [("bare", random_swin(hf_xcv.SwinModel)), ("classifier", random_swin(num_labels=2))]:
+        source.save_pretrained(tmp_path / name)
+        model.backbone.load_pretrained(tmp_path / name)
+        ours = model.backbone.model.swin.state_dict()
+        body = source.state_dict() if name == "bare" else source.swin.state_dict()
+        for key, tensor in ours.items():
+            assert torch.equal(tensor, body[key]), key
+    theirs = transformers.SwinForImageClassification(transformers.SwinConfig(**TINY_SWIN))
+    with torch.no_grad():
+        theirs.swin.embeddings.norm.weight.normal_()
+    theirs.save_pretrained(tmp_path / "transformers")
+    model.backbone.load_pretrained(tmp_path / "transformers")  # converted on load
+    assert torch.equal(model.backbone.model.swin.embeddings.norm.weight, theirs.swin.embeddings.norm.weight)
+    random_swin(depths=[1, 1, 1, 1], num_heads=[2, 2, 4, 4]).save_pretrained(tmp_path / "shallower")
+    with pytest.raises(ValueError, match=r"lacks 17 weights .*layers\.2\.blocks\.1"):
+        model.backbone.load_pretrained(tmp_path / "shallower")
+
+
+@pytest.mark.parametrize("as_dict", [False, True], ids=["config", "dict"])
+def test_a_transformers_swin_config_is_the_backbone_converted_to_hf_xcvs(as_dict, tmp_path):
+    theirs = transformers.SwinConfig(**TINY_SWIN, out_features=["stage3"])
+    config = DetrConfig(**TINY_DETR, backbone_config=theirs.to_dict() if as_dict else theirs, num_labels=3)
+    swin = config.backbone_config
+    assert isinstance(swin, hf_xcv.SwinConfig) and swin.out_features == ["stage3"]
+    assert (swin.embed_dim, swin.depths, swin.num_heads, swin.window_size) == (16, [1, 1, 2, 1], [2, 2, 4, 4], 2)
+    model = DetrForObjectDetection(config).eval()
+    model.save_pretrained(tmp_path)
+    assert json.loads((tmp_path / "config.json").read_text())["backbone_config"]["model_type"] == "xcv_swin"
+    inputs = make_inputs(model, labels=False)
+    with torch.no_grad():
+        assert torch.equal(DetrForObjectDetection.from_pretrained(tmp_path)(**inputs).logits, model(**inputs).logits)
+
+
+def test_backbone_names_the_checkpoint_whose_config_is_built_never_another(tmp_path, monkeypatch):
+    assert DetrConfig(backbone="resnet50").backbone_config.to_dict() == DetrConfig().backbone_config.to_dict()
+    resnet101 = DetrConfig(backbone="resnet101").backbone_config  # was silently a ResNet-50
+    assert (resnet101.model_type, resnet101.depths, resnet101.out_features) == ("resnet", [3, 4, 23, 3], ["stage4"])
+    transformers.ResNetModel(ResNetConfig(depths=[1, 1], hidden_sizes=[8, 16], embedding_size=8)).save_pretrained(
+        tmp_path / "resnet"
+    )
+    config = DetrConfig(**TINY_DETR, backbone=str(tmp_path / "resnet"), backbone_kwargs={"out_features": ["stage1"]})
+    assert (config.backbone_config.hidden_sizes, config.backbone_config.out_features) == ([8, 16], ["stage1"])
+    deformable = hf_xcv.DeformableDetrConfig(backbone=str(tmp_path / "resnet"))  # its stages 2-4, as far as they go
+    assert deformable.backbone_config.out_features == ["stage1", "stage2"]
+    hf_xcv.ViTModel(preset_config("vit-test-tiny")).save_pretrained(tmp_path / "vit")
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", True)
+    refusals = [
+        (dict(backbone="microsoft/swin-tiny-patch4-window7-224"), r"'microsoft/swin-tiny-patch4-window7-224' is no"),
+        (dict(backbone=str(tmp_path / "vit")), r"model_type 'xcv_vit'; a detector's backbone is one of"),
+        (dict(backbone="resnet50", use_pretrained_backbone=True), r"those ImageNet weights are timm's"),
+        (dict(use_pretrained_backbone=True), r"use_pretrained_backbone=True needs backbone="),
+        (dict(backbone="resnet50", backbone_config={"model_type": "resnet"}), r"or backbone_config, not both"),
+        (dict(backbone_kwargs={"out_indices": [3]}), r"apply to the checkpoint named by backbone="),
+    ]
+    for kwargs, message in refusals:
+        with pytest.raises(UsageError, match=message):
+            DetrConfig(**kwargs)
+
+
+def test_backbone_takes_a_hub_repo_and_use_pretrained_backbone_its_weights(tmp_path):
+    classifier = random_swin(num_labels=2)
+    repo = "testuser/swin-tiny-for-detr"
+    classifier.push_to_hub(repo)  # to the test session's own Hub server
+    config = DetrConfig(**TINY_DETR, backbone=repo, use_pretrained_backbone=True)
+    model = DetrModel(config)
+    assert torch.equal(model.backbone.model.swin.embeddings.norm.weight, classifier.swin.embeddings.norm.weight)
 
 
 def test_positions_stay_float32_under_bfloat16_and_export_matches_eager(tmp_path):

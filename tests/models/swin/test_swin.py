@@ -8,6 +8,7 @@ import json
 
 import numpy as np
 import pytest
+import safetensors.torch
 import torch
 import transformers
 from PIL import Image
@@ -15,7 +16,7 @@ from torch.nn import functional as F
 
 import hf_xcv
 from hf_xcv.attention import build_attention, dense_attention
-from hf_xcv.attention.shifted_window import region_bias
+from hf_xcv.attention.shifted_window import region_bias, window_and_shift, window_maps_to_tokens
 from hf_xcv.cli import convert_swin
 from hf_xcv.conversion.swin import convert_config, convert_state_dict
 
@@ -222,6 +223,96 @@ def test_absolute_position_embeddings_follow_the_input_size_and_resample_on_load
     model.save_pretrained(tmp_path)
     bigger = hf_xcv.SwinForImageClassification.from_pretrained(tmp_path, image_size=448)
     assert bigger.swin.embeddings.position_embeddings.shape == (1, 112 * 112, 24)
+
+
+TINY = dict(image_size=32, embed_dim=16, depths=[1, 2], num_heads=[2, 4], window_size=4, patch_size=2)
+
+
+def randomized(model: torch.nn.Module) -> torch.nn.Module:
+    """Random values in every tensor, the LayerNorms too (they start as ones and zeros): loaded weights are then
+    told apart from new ones."""
+    with torch.no_grad():
+        for param in model.parameters():
+            param.normal_(0, 0.5)
+    return model
+
+
+def test_a_classifier_loads_into_the_bare_model_and_the_backbone_and_back(tmp_path, caplog):
+    """The base model's ``swin.`` prefix is removed or added as transformers does; what one class has and the
+    checkpoint's class has not (the backbone's per-stage output norms, a final norm, a head) starts new with a
+    warning naming it; everything else is the checkpoint's, and a weight its own architecture has stays required."""
+    classifier = randomized(hf_xcv.SwinForImageClassification(hf_xcv.SwinConfig(**TINY, num_labels=3)))
+    classifier.save_pretrained(tmp_path / "classifier")
+    body = {k.removeprefix("swin."): v for k, v in classifier.state_dict().items() if k.startswith("swin.")}
+    with caplog.at_level("WARNING"):
+        bare = hf_xcv.SwinModel.from_pretrained(tmp_path / "classifier")
+        backbone = hf_xcv.SwinBackbone.from_pretrained(tmp_path / "classifier", out_features=["stage1", "stage2"])
+    report = "that this SwinBackbone (attention_type='shifted_window') has and the checkpoint (a SwinForImage"
+    assert caplog.text.count(report) == 1
+    assert "parameters hidden_states_norms.stage1.bias, hidden_states_norms.stage1.weight, hidden_states_norms" in (
+        caplog.text
+    )
+    for name, tensor in bare.state_dict().items():
+        assert torch.equal(tensor, body[name]), name
+    for name, tensor in backbone.state_dict().items():
+        if name.startswith("hidden_states_norms."):  # new: a LayerNorm's start
+            assert torch.equal(tensor, torch.ones_like(tensor) if name.endswith("weight") else torch.zeros_like(tensor))
+        else:
+            assert torch.equal(tensor, body[name.removeprefix("swin.")]), name
+    # and back: each saved, then loaded as the classifier (its final norm or head new where the source had none)
+    for source in (bare, randomized(backbone)):
+        folder = tmp_path / type(source).__name__
+        source.save_pretrained(folder)
+        caplog.clear()
+        with caplog.at_level("WARNING"):
+            again = hf_xcv.SwinForImageClassification.from_pretrained(folder)
+        assert "newly initialised task-head weights (train before use): classifier.bias, classifier" in caplog.text
+        if source is backbone:
+            assert "(attention_type='shifted_window') has and the checkpoint (a SwinBackbone as saved)" in caplog.text
+            assert "checkpoint weights this model does not use: hidden_states_norms.stage1.bias" in caplog.text
+        ours = again.state_dict()
+        for name, tensor in source.state_dict().items():
+            if not name.startswith("hidden_states_norms."):
+                assert torch.equal(ours[name if name.startswith("swin.") else f"swin.{name}"], tensor), name
+    weights = safetensors.torch.load_file(tmp_path / "classifier" / "model.safetensors")
+    del weights["swin.encoder.layers.1.blocks.1.mlp.fc1.weight"]
+    safetensors.torch.save_file(weights, tmp_path / "classifier" / "model.safetensors", metadata={"format": "pt"})
+    for cls in (hf_xcv.SwinModel, hf_xcv.SwinBackbone):
+        with pytest.raises(ValueError, match=r"missing 1 weights of the model: (swin\.)?encoder\.layers\.1\.blocks\.1"):
+            cls.from_pretrained(tmp_path / "classifier")
+
+
+def test_a_transformers_swin_classifier_loads_into_the_backbone_by_converting_on_load(tmp_path):
+    theirs = their_classifier()
+    theirs.save_pretrained(tmp_path)
+    ours = hf_xcv.SwinBackbone.from_pretrained(tmp_path, out_features=["stage2", "stage4"]).eval()
+    reference = transformers.SwinBackbone(transformers.SwinConfig(**SMALL, out_features=["stage2", "stage4"]))
+    reference.load_state_dict(theirs.state_dict(), strict=False)  # the body; its norms start as ours do
+    x = pixels(224, 224, batch=1)
+    with torch.no_grad():
+        for a, b in zip(reference.eval()(x).feature_maps, ours(x).feature_maps):
+            assert (a - b).abs().max() <= TOL * 10
+
+
+def test_attention_maps_are_on_the_graph_with_transformers_gradients_per_window():
+    """The maps returned (token order, padding tokens left out) are what the values are computed from: their
+    retained gradients are transformers' per-window ones, scattered, at a padded size with shifted windows."""
+    theirs = their_classifier()
+    ours = ours_from(theirs)
+    theirs.set_attn_implementation("eager")
+    x = pixels(200, 250)
+    a, b = theirs(x, output_attentions=True), ours(x, output_attentions=True)
+    for maps in (*a.attentions, *b.attentions):
+        maps.retain_grad()
+    a.logits.sin().sum().backward()
+    b.logits.sin().sum().backward()
+    grid = (50, 63)
+    for theirs_maps, ours_maps in zip(a.attentions, b.attentions):
+        window, shift = window_and_shift(grid, 7, 3)  # the last block of every stage is a shifted one
+        expected = window_maps_to_tokens(theirs_maps.grad, grid, window, shift, batch=2)
+        assert ours_maps.grad is not None and ours_maps.grad.shape == expected.shape
+        torch.testing.assert_close(ours_maps.grad, expected, atol=1e-7, rtol=1e-4)
+        grid = (-(-grid[0] // 2), -(-grid[1] // 2))
 
 
 def test_the_shifted_window_bias_is_the_nine_regions_of_the_paper():
