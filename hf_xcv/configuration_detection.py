@@ -201,7 +201,7 @@ class DetectionTransformerConfig(XcvConfig):
 
     def __post_init__(self, **kwargs: Any) -> None:
         if kwargs.pop("use_timm_backbone", None):
-            raise ValueError(
+            raise UsageError(
                 "use_timm_backbone=True is not supported: hf_xcv builds the detector's backbone from "
                 "backbone_config (transformers' ResNet or hf_xcv's Swin), without timm"
             )
@@ -285,12 +285,12 @@ class DetectionTransformerConfig(XcvConfig):
             check_int(name, getattr(self, name))
         for name in ("encoder_attention_heads", "decoder_attention_heads"):
             if self.d_model % getattr(self, name):
-                raise ValueError(f"{name}={getattr(self, name)} does not divide d_model={self.d_model}")
+                raise UsageError(f"{name}={getattr(self, name)} does not divide d_model={self.d_model}")
         for name in ("dropout", "attention_dropout", "activation_dropout"):
             check_probability(name, getattr(self, name))
         for name in ("encoder_layerdrop", "decoder_layerdrop"):
             if getattr(self, name):
-                raise ValueError(f"{name}={getattr(self, name)!r}: a DETR-style detector drops no layers; only 0")
+                raise UsageError(f"{name}={getattr(self, name)!r}: a DETR-style detector drops no layers; only 0")
         check_activation("activation_function", self.activation_function)
         check_positive_float("init_std", self.init_std)
         check_positive_float("init_xavier_std", self.init_xavier_std)
@@ -298,12 +298,12 @@ class DetectionTransformerConfig(XcvConfig):
         check_bool("freeze_batch_norm", self.freeze_batch_norm)
         check_choice("position_embedding_type", self.position_embedding_type, ["sine"])
         if self.dilation and self.backbone_model_type != "resnet":
-            raise ValueError(f"dilation (DC5) needs a ResNet backbone, got {self.backbone_model_type!r}")
+            raise UsageError(f"dilation (DC5) needs a ResNet backbone, got {self.backbone_model_type!r}")
         if isinstance(self.frozen_backbone_stages, bool) or not isinstance(self.frozen_backbone_stages, int):
-            raise ValueError(f"frozen_backbone_stages must be an integer, got {self.frozen_backbone_stages!r}")
+            raise UsageError(f"frozen_backbone_stages must be an integer, got {self.frozen_backbone_stages!r}")
         stages = len(getattr(self.backbone_config, "stage_names", []))
         if not -1 <= self.frozen_backbone_stages <= stages:
-            raise ValueError(
+            raise UsageError(
                 f"frozen_backbone_stages must be in [-1, {stages}] (the backbone's stem and stages; -1: all), "
                 f"got {self.frozen_backbone_stages}"
             )
@@ -311,7 +311,7 @@ class DetectionTransformerConfig(XcvConfig):
         for name in (*costs, "bbox_loss_coefficient", "giou_loss_coefficient", "eos_coefficient"):
             check_non_negative(name, getattr(self, name))
         if not any(getattr(self, name) for name in costs):
-            raise ValueError("class_cost, bbox_cost and giou_cost are all 0: the matcher would have nothing to match")
+            raise UsageError("class_cost, bbox_cost and giou_cost are all 0: the matcher would have nothing to match")
 
 
 def resnet_backbone(

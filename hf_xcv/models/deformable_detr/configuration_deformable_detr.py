@@ -11,6 +11,7 @@ from transformers.configuration_utils import SubConfigSpec
 from ...configuration_detection import DetectionTransformerConfig
 from ...configuration_utils import check_attention, check_attention_serves
 from ...utils.checks import check_bool, check_int, check_non_negative, check_probability
+from ...utils.errors import UsageError
 
 # What the decoder's self-attention over the object queries asks of its core: nothing beyond plain attention
 # (no padding: every query is real).
@@ -113,7 +114,7 @@ class DeformableDetrConfig(DetectionTransformerConfig):
     def check_backbone_features(self) -> None:
         features = self.backbone_features
         if not features or len(features) > self.num_feature_levels:
-            raise ValueError(
+            raise UsageError(
                 f"backbone_config.out_features {features} must name between 1 and num_feature_levels="
                 f"{self.num_feature_levels} stages (each is a level; the rest are convolutions of the last)"
             )
@@ -123,14 +124,14 @@ class DeformableDetrConfig(DetectionTransformerConfig):
         for name in ("num_feature_levels", "encoder_n_points", "decoder_n_points", "two_stage_num_proposals"):
             check_int(name, getattr(self, name))
         if self.d_model % INPUT_PROJECTION_GROUPS:
-            raise ValueError(
+            raise UsageError(
                 f"d_model={self.d_model} must be a multiple of {INPUT_PROJECTION_GROUPS} (the input projections' "
                 "GroupNorm groups, as the original)"
             )
         for name in ("with_box_refine", "two_stage", "return_intermediate", "disable_custom_kernels"):
             check_bool(name, getattr(self, name))
         if self.two_stage and not self.with_box_refine:
-            raise ValueError("two_stage=True needs with_box_refine=True (the original trains it only so)")
+            raise UsageError("two_stage=True needs with_box_refine=True (the original trains it only so)")
         check_probability("focal_alpha", self.focal_alpha)
         check_non_negative("focal_gamma", self.focal_gamma)
         check_non_negative("class_loss_coefficient", self.class_loss_coefficient)

@@ -9,6 +9,7 @@ from transformers.configuration_utils import SubConfigSpec
 
 from ...configuration_detection import DetectionTransformerConfig
 from ...configuration_utils import check_attention, check_attention_serves
+from ...utils.errors import UsageError
 
 # What DETR's encoder asks of its self-attention core: padded pixels masked out of the keys, and the feature
 # map's grid for the entries that attend in two dimensions (local_2d, axial, ...).
@@ -56,7 +57,7 @@ class DetrConfig(DetectionTransformerConfig):
     def check_backbone_features(self) -> None:
         features = self.backbone_features
         if len(features) != 1:
-            raise ValueError(
+            raise UsageError(
                 f"backbone_config.out_features must name the one stage DETR reads (e.g. ['stage4']), got {features}"
             )
 

@@ -8,6 +8,7 @@ from transformers.backbone_utils import BackboneConfigMixin
 
 from ...configuration_utils import XcvConfig, check_activation, check_attention, check_attention_serves
 from ...utils.checks import check_bool, check_int, check_positive_float, check_probability, check_size
+from ...utils.errors import UsageError
 
 WINDOW_ATTENTION = "shifted_window"
 # What a Swin stage asks of its attention core: self-attention over the stage's token grid.
@@ -96,15 +97,15 @@ class SwinConfig(BackboneConfigMixin, XcvConfig):
         for name in ("depths", "num_heads"):
             values = getattr(self, name)
             if not values or any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in values):
-                raise ValueError(f"{name} must be a non-empty list of integers >= 1, got {values!r}")
+                raise UsageError(f"{name} must be a non-empty list of integers >= 1, got {values!r}")
         if len(self.depths) != len(self.num_heads):
-            raise ValueError(
+            raise UsageError(
                 f"depths ({len(self.depths)} stages: {self.depths}) and num_heads ({len(self.num_heads)} stages: "
                 f"{self.num_heads}) must have one entry per stage"
             )
         for stage, heads in enumerate(self.num_heads):
             if self.stage_width(stage) % heads:
-                raise ValueError(
+                raise UsageError(
                     f"num_heads[{stage}]={heads} does not divide stage {stage + 1}'s width embed_dim * 2**{stage} = "
                     f"{self.stage_width(stage)}"
                 )
@@ -119,7 +120,7 @@ class SwinConfig(BackboneConfigMixin, XcvConfig):
         if self.attention_type == WINDOW_ATTENTION:
             fixed = sorted(set(self.attention_kwargs) & set(_STAGE_SET_KWARGS))
             if fixed:
-                raise ValueError(
+                raise UsageError(
                     f"attention_kwargs {fixed} are set by each Swin block for shifted-window attention (window_size "
                     "is the config field window_size; shifts alternate 0, window_size // 2)"
                 )

@@ -8,6 +8,7 @@ from typing import Any
 from transformers.image_utils import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, PILImageResampling
 
 from ...processing.classification import ClassificationImageProcessor
+from ...utils.errors import UsageError
 
 
 class XcvSwinImageProcessor(ClassificationImageProcessor):
@@ -31,7 +32,7 @@ class XcvSwinImageProcessor(ClassificationImageProcessor):
     def __init__(self, crop_pct: float | None = None, **kwargs: Any):
         if crop_pct is not None:
             if isinstance(crop_pct, bool) or not isinstance(crop_pct, (int, float)) or not 0 < crop_pct <= 1:
-                raise ValueError(f"crop_pct must be a fraction in (0, 1], got {crop_pct!r}")
+                raise UsageError(f"crop_pct must be a fraction in (0, 1], got {crop_pct!r}")
             crop = kwargs.get("crop_size", self.crop_size)
             crop = crop if isinstance(crop, dict) else {"height": crop, "width": crop}
             kwargs["size"] = {"shortest_edge": int(min(crop["height"], crop["width"]) / crop_pct)}
