@@ -368,9 +368,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     card_for = functools.partial(
         model_card, args=args, model_args=model_args, data_args=data_args, argv=argv, training=training
     )
-    if data_args.pictures and accelerator.is_main_process:  # before the final folder is pushed: it goes along
-        unwrapped = accelerator.unwrap_model(model)
-        training.draw_pictures(unwrapped, processor, data[data_args.test_split], data_args.pictures, out / PICTURES)
+    if data_args.pictures:  # before the final folder is pushed: it goes along
+        whole = runner.full_model(accelerator, model)  # every process: under FSDP each sends its shards
+        if accelerator.is_main_process:
+            training.draw_pictures(whole, processor, data[data_args.test_split], data_args.pictures, out / PICTURES)
     return runner.finish(parts, state, args, scores, [processor], card_for)
 
 

@@ -480,12 +480,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
         for split, dl in ((data_args.eval_split, eval_dl), (data_args.test_split, test_dl))
     }
     card_for = functools.partial(model_card, args=args, model_args=model_args, data_args=data_args, argv=argv)
-    results = runner.finish(parts, state, args, scores, [processor], card_for)
-    if data_args.pictures and accelerator.is_main_process:
-        unwrapped = accelerator.unwrap_model(model)
-        test = data[data_args.test_split]
-        draw_pictures(unwrapped, processor, test, data_args.pictures, out / PICTURES, data_args.picture_threshold)
-    return results
+    if data_args.pictures:  # before the final folder is pushed: it goes along
+        whole = runner.full_model(accelerator, model)  # every process: under FSDP each sends its shards
+        if accelerator.is_main_process:
+            test = data[data_args.test_split]
+            draw_pictures(whole, processor, test, data_args.pictures, out / PICTURES, data_args.picture_threshold)
+    return runner.finish(parts, state, args, scores, [processor], card_for)
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ Layout of a run's ``output_dir``::
     xcv_run.json                 marks the folder as an hf_xcv run (arguments of the first start)
     checkpoints/step-00000040/   accelerate.save_state + trainer_state.json, complete or absent
     checkpoints/LATEST           name of the newest complete checkpoint, replaced atomically
+    train_log.jsonl              the training loss every --logging_steps steps (one JSON line each)
     config.json, model.safetensors, preprocessor_config.json, README.md, all_results.json  (final)
 
 A checkpoint is written to a hidden staging folder and renamed into place; only then is ``LATEST``
@@ -24,6 +25,7 @@ from typing import Any
 RUN_MARKER = "xcv_run.json"
 CHECKPOINTS = "checkpoints"
 FINAL_RESULTS = "all_results.json"  # written with the final model: the run ended
+TRAIN_LOG = "train_log.jsonl"
 LATEST = "LATEST"
 STATE_FILE = "trainer_state.json"
 _STEP_DIR = re.compile(r"step-(\d{8})")
@@ -38,7 +40,7 @@ class TrainerState:
     batches_in_epoch: int = 0  # batches of that epoch already consumed
 
 
-def _write_text_atomic(path: Path, text: str) -> None:
+def write_text_atomic(path: Path, text: str) -> None:
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     tmp.write_text(text)
     os.replace(tmp, path)
@@ -86,7 +88,7 @@ def prepare_output_dir(output_dir: str | os.PathLike, overwrite: bool, resume: b
         shutil.rmtree(path)
     path.mkdir(parents=True, exist_ok=True)
     if not (path / RUN_MARKER).exists():
-        _write_text_atomic(path / RUN_MARKER, json.dumps(run_args, indent=2, sort_keys=True, default=str))
+        write_text_atomic(path / RUN_MARKER, json.dumps(run_args, indent=2, sort_keys=True, default=str))
     return path
 
 
@@ -161,7 +163,7 @@ class CheckpointManager:
             if final.exists():
                 shutil.rmtree(final)
             os.replace(staging, final)
-            _write_text_atomic(self.root / LATEST, final.name)
+            write_text_atomic(self.root / LATEST, final.name)
             self._prune()
         acc.wait_for_everyone()
         return final

@@ -6,8 +6,10 @@ import os
 
 from huggingface_hub import HfApi
 
+from .checkpointing import RUN_MARKER, TRAIN_LOG
+
 # Run bookkeeping that is not part of the model.
-RUN_ONLY_PATTERNS = ["checkpoints/*", "checkpoints/**", "xcv_run.json", ".*", ".*/**"]
+RUN_ONLY_PATTERNS = ["checkpoints/*", "checkpoints/**", RUN_MARKER, TRAIN_LOG, ".*", ".*/**"]
 
 
 def push_folder_to_hub(folder: str | os.PathLike, repo_id: str, private: bool = False, token: str | None = None) -> str:

@@ -15,6 +15,11 @@ and calls, in order::
 Exact resume rests on two things: the dataloader order comes from accelerate's seedable sampler (epoch-seeded, and
 ``skip_first_batches`` on resume), and the global RNG is reseeded before every micro-batch from
 :func:`step_seed`, so dropout and augmentation do not depend on what ran before in the process.
+
+The same calls train one process, DDP or FSDP2 (``accelerate launch --config_file examples/accelerate/fsdp2.yaml``,
+also on CPU processes: :func:`shard_on_cpu`). Under FSDP2 a process holds shards only: :func:`prepare_loop` shards
+what accelerate's own units get wrong for these models, scoring runs with the weights gathered (:func:`unsharded`),
+and a script that runs the model on the main process alone (pictures) asks for :func:`full_model` on every process.
 """
 
 from __future__ import annotations
@@ -32,20 +37,30 @@ from typing import Any
 
 import torch
 from accelerate import Accelerator
-from accelerate.utils import DataLoaderConfiguration, DistributedDataParallelKwargs, set_seed
+from accelerate.state import PartialState
+from accelerate.utils import (
+    DataLoaderConfiguration,
+    DistributedDataParallelKwargs,
+    DistributedType,
+    FullyShardedDataParallelPlugin,
+    set_seed,
+)
 from huggingface_hub import ModelCard
 from torch.utils.data import DataLoader, Dataset
 from tqdm.auto import tqdm
 from transformers import get_scheduler
 
 from ..model_card import MeasuredResult, build_model_card, dataset_label, hub_id, write_model_card
+from ..utils.errors import UsageError
 from .checkpointing import (
     FINAL_RESULTS,
+    TRAIN_LOG,
     CheckpointManager,
     TrainerState,
     check_output_dir,
     prepare_output_dir,
     release_output_dir,
+    write_text_atomic,
 )
 from .hub import push_folder_to_hub
 from .schedules import get_noam_schedule
@@ -71,6 +86,9 @@ class RunArguments:
     max_grad_norm: float = 1.0
     mixed_precision: str = field(default="no", metadata={"help": "no, fp16 or bf16"})
     checkpointing_steps: int = field(default=500, metadata={"help": "save a checkpoint every N optimizer steps"})
+    logging_steps: int = field(
+        default=10, metadata={"help": f"append the training loss to {TRAIN_LOG} every N optimizer steps (0: never)"}
+    )
     checkpoints_total_limit: int = 2
     stop_after_steps: int | None = field(
         default=None, metadata={"help": "stop after N steps as an interrupted run would (no final save)"}
@@ -110,7 +128,7 @@ def parse_overrides(text: str | None) -> dict[str, Any]:
     for item in filter(None, text.split(",")):
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
-            raise ValueError(f"--config_overrides expects key=value pairs or a JSON object, got {item!r}")
+            raise UsageError(f"--config_overrides expects key=value pairs or a JSON object, got {item!r}")
         try:
             overrides[key.strip()] = json.loads(value)
         except json.JSONDecodeError:
@@ -127,7 +145,7 @@ def build_accelerator(args: RunArguments, find_unused_parameters: bool = False) 
     """``find_unused_parameters``: parts of the model may get no gradient in a step (a multi-task model trains one
     task's head per batch), which DDP must be told."""
     handlers = [DistributedDataParallelKwargs(find_unused_parameters=True)] if find_unused_parameters else []
-    return Accelerator(
+    accelerator = Accelerator(
         kwargs_handlers=handlers,
         cpu=args.use_cpu or not has_accelerator_device(),  # multi-process CPU runs need cpu=True (gloo)
         mixed_precision=args.mixed_precision,
@@ -137,6 +155,29 @@ def build_accelerator(args: RunArguments, find_unused_parameters: bool = False) 
         # number of processes (accelerate would otherwise step it once per process).
         step_scheduler_with_optimizer=False,
     )
+    shard_on_cpu(accelerator)
+    return accelerator
+
+
+def shard_on_cpu(accelerator: Accelerator) -> None:
+    """Train with FSDP where ``accelerate launch`` was asked for it (an FSDP config) on CPU processes too.
+
+    accelerate turns an FSDP config into ``DistributedType.FSDP`` only on accelerator devices (GPU, XPU, ...); on
+    the CPU it sets ``MULTI_CPU`` and keeps quiet, so the run would train with DDP. FSDP2's ``fully_shard`` works on
+    a CPU mesh over gloo, so the run's state is given the distributed type and plugin the config asks for, and
+    accelerate's own FSDP code then shards the model, clips, checkpoints and gathers the final weights as on GPUs.
+    """
+    asked = os.environ.get("ACCELERATE_USE_FSDP", "false").lower() == "true"  # how accelerate reads it
+    if not asked or accelerator.distributed_type != DistributedType.MULTI_CPU:
+        return
+    plugin = FullyShardedDataParallelPlugin()  # read from the FSDP_* variables accelerate launch sets
+    if plugin.fsdp_version != 2:
+        raise UsageError("FSDP on CPU processes needs FSDP2: fsdp_version: 2 in the accelerate config")
+    if accelerator.mixed_precision != "no":
+        plugin.set_mixed_precision(accelerator.mixed_precision)
+    accelerator.state.fsdp_plugin = plugin
+    accelerator.state.distributed_type = DistributedType.FSDP
+    PartialState._shared_state["distributed_type"] = DistributedType.FSDP
 
 
 def prepare_run(accelerator: Accelerator, args: RunArguments, **more_args: Any) -> Path:
@@ -202,16 +243,16 @@ def require_splits(
         if fraction is None:
             continue
         if split in data:
-            raise ValueError(f"dataset {name!r} already has a {split!r} split; drop the option that holds one out")
+            raise UsageError(f"dataset {name!r} already has a {split!r} split; drop the option that holds one out")
         if not 0.0 < fraction < 1.0:
-            raise ValueError(f"the fraction held out as {split!r} must lie in (0, 1), got {fraction}")
+            raise UsageError(f"the fraction held out as {split!r} must lie in (0, 1), got {fraction}")
         count = max(1, round(fraction * total))
         parts = data["train"].train_test_split(test_size=count, seed=seed, stratify_by_column=stratify_by)
         data["train"], data[split] = parts["train"], parts["test"]
     for split in splits:
         if split not in data:
             hint = f" (hold part of train out as it: --train_{split}_split 0.1)" if held_out is not None else ""
-            raise ValueError(f"dataset {name!r} has no {split!r} split{hint}; splits: {list(data)}")
+            raise UsageError(f"dataset {name!r} has no {split!r} split{hint}; splits: {list(data)}")
     if max_train_samples is not None:
         data["train"] = data["train"].select(range(min(max_train_samples, len(data["train"]))))
     return data
@@ -245,7 +286,7 @@ def build_scheduler(
     transformers (``linear``, ``cosine``, ...); steps are optimizer steps (see :func:`build_accelerator`)."""
     if name == "noam":
         if d_model is None:
-            raise ValueError("lr_scheduler_type='noam' needs the model's d_model")
+            raise UsageError("lr_scheduler_type='noam' needs the model's d_model")
         return get_noam_schedule(optimizer, d_model, warmup_steps, factor=lr_factor)
     return get_scheduler(name, optimizer, num_warmup_steps=warmup_steps, num_training_steps=total_steps)
 
@@ -272,15 +313,102 @@ def prepare_loop(
     """Optimizer and scheduler (``optimizer_for(model, total_steps)``), all prepared by accelerate, and the state to
     start from (restored from ``--resume_from_checkpoint``).
 
+    Under FSDP2 the units are chosen (:func:`choose_shard_units`) and the embeddings sharded
+    (:func:`shard_embeddings`) before the optimizer is made, and accelerate shards the rest.
+
     Returns:
         The loop's parts (the prepared model is ``parts.model``), the state, and the prepared ``loaders[1:]``.
     """
     total_steps = count_total_steps(args, len(loaders[0]), accelerator.num_processes)
+    if accelerator.is_fsdp2:
+        if accelerator.state.fsdp_plugin.cpu_ram_efficient_loading:
+            raise UsageError(
+                "fsdp_cpu_ram_efficient_loading: true is not supported: every process builds the whole model (from "
+                "a preset or a checkpoint) before it is sharded; set it to false in the accelerate config"
+            )
+        choose_shard_units(accelerator.state.fsdp_plugin, model)
+        shard_embeddings(accelerator, model)  # before the optimizer is made: it holds the sharded parameters
     optimizer, scheduler = optimizer_for(model, total_steps)
-    model, optimizer, scheduler, *loaders = accelerator.prepare(model, optimizer, scheduler, *loaders)
+    with _input_embeddings_or_none(model):
+        model, optimizer, scheduler, *loaders = accelerator.prepare(model, optimizer, scheduler, *loaders)
+    if accelerator.is_fsdp2:
+        # transformers' generate then keeps every process decoding until all are done (synced_gpus): each step
+        # gathers the shards of every process, so one that stopped early would leave the others waiting
+        accelerator.unwrap_model(model)._is_fsdp_managed_module = True
     ckpt = CheckpointManager(out, accelerator, args.checkpoints_total_limit)
     parts = LoopParts(accelerator, model, optimizer, scheduler, loaders[0], ckpt, total_steps)
     return parts, resume_state(ckpt, args), loaders[1:]
+
+
+def choose_shard_units(plugin: FullyShardedDataParallelPlugin, model: torch.nn.Module) -> None:
+    """The blocks FSDP2 shards one by one, where the config's ``TRANSFORMER_BASED_WRAP`` names none: the model's
+    ``_no_split_modules``, and the encoder of a model that generates (``generate`` runs it alone, and a module
+    whose parameters sit in the root's unit cannot run outside the whole model's forward pass)."""
+    from torch.distributed.fsdp.wrap import transformer_auto_wrap_policy
+
+    if plugin.auto_wrap_policy is not transformer_auto_wrap_policy or plugin.transformer_cls_names_to_wrap:
+        return
+    names = set(getattr(model, "_no_split_modules", None) or ())
+    if getattr(model, "can_generate", lambda: False)() and model.get_encoder() is not model:
+        names.add(type(model.get_encoder()).__name__)
+    plugin.transformer_cls_names_to_wrap = sorted(names & {type(module).__name__ for module in model.modules()})
+
+
+def shard_embeddings(accelerator: Accelerator, model: torch.nn.Module) -> None:
+    """Shard the input embeddings, with every module that shares a parameter with them, before accelerate shards
+    the rest: accelerate's own embedding units fail for the models here.
+
+    FSDP2 refuses a parameter seen by two units, and accelerate puts only the input and output embeddings into
+    one, while the Transformer's shared vocabulary ties three modules (source and target embeddings, output
+    projection); and accelerate shards the input embeddings after the blocks, which fails where a block holds
+    them (ViT's and Swin's patch embeddings sit in their ``*Embeddings`` block). Tied modules are one unit kept
+    gathered from the forward pass to the backward one, as accelerate keeps its tied embeddings.
+    """
+    from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
+
+    plugin, mesh = accelerator.state.fsdp_plugin, accelerator.torch_device_mesh
+    kwargs = {
+        "mesh": mesh[tuple(accelerator.parallelism_config.fsdp_dim_names)] if mesh is not None else None,
+        "offload_policy": plugin.cpu_offload,
+        "mp_policy": plugin.mixed_precision_policy or MixedPrecisionPolicy(),
+    }
+    tied = _tied_modules(model)
+    if tied:
+        fully_shard(tied, reshard_after_forward=False, **kwargs)
+    embeddings = _input_embeddings(model)
+    if isinstance(embeddings, torch.nn.Module) and not isinstance(embeddings, FSDPModule):
+        fully_shard(embeddings, reshard_after_forward=plugin.reshard_after_forward, **kwargs)
+
+
+def _input_embeddings(model: torch.nn.Module) -> torch.nn.Module | None:
+    try:
+        return model.get_input_embeddings()
+    except (AttributeError, NotImplementedError):  # transformers' getter raises for a model without any (TTSR, IPT)
+        return None
+
+
+@contextlib.contextmanager
+def _input_embeddings_or_none(model: torch.nn.Module) -> Iterator[None]:
+    """Within: ``model.get_input_embeddings()`` answers None where it would raise. accelerate's FSDP2 preparation
+    asks every model for its input embeddings and does not expect transformers' NotImplementedError of a model
+    that has none (an image-to-image model)."""
+    if _input_embeddings(model) is not None or not hasattr(model, "get_input_embeddings"):
+        yield
+        return
+    model.get_input_embeddings = lambda: None  # an instance attribute, over the class's method
+    try:
+        yield
+    finally:
+        del model.get_input_embeddings
+
+
+def _tied_modules(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """The modules that hold a parameter which another module holds too."""
+    holders: dict[int, list[torch.nn.Module]] = {}
+    for module in model.modules():
+        for param in module.parameters(recurse=False):
+            holders.setdefault(id(param), []).append(module)
+    return list({id(m): m for group in holders.values() if len(group) > 1 for m in group}.values())
 
 
 def _optimizer_step(parts: LoopParts, loss_of: Callable[[Any], torch.Tensor], batch: Any, max_grad_norm: float):
@@ -295,6 +423,37 @@ def _optimizer_step(parts: LoopParts, loss_of: Callable[[Any], torch.Tensor], ba
             parts.scheduler.step()
         parts.optimizer.zero_grad()
     return loss
+
+
+class LossLog:
+    """The training loss of every ``every``-th optimizer step, averaged over its micro-batches and over the
+    processes, with the learning rate, as JSON lines in ``path`` (main process); ``echo`` prints them too."""
+
+    def __init__(self, accelerator: Accelerator, path: Path, every: int, echo: bool = False):
+        self.accelerator, self.path, self.every, self.echo = accelerator, path, every, echo
+        self.total, self.count = 0.0, 0
+
+    def add(self, loss: torch.Tensor) -> None:
+        """One micro-batch's loss."""
+        self.total, self.count = self.total + loss.detach().float(), self.count + 1
+
+    def step(self, step: int, learning_rate: float) -> None:
+        """An optimizer step ended (every process calls it: the mean over processes is a collective)."""
+        mean, self.total, self.count = self.total / max(self.count, 1), 0.0, 0
+        if not self.every or step % self.every:
+            return
+        loss = self.accelerator.reduce(torch.as_tensor(mean, device=self.accelerator.device), "mean").item()
+        if self.accelerator.is_main_process:
+            with self.path.open("a") as file:
+                file.write(json.dumps({"step": step, "loss": loss, "learning_rate": learning_rate}) + "\n")
+        if self.echo:
+            self.accelerator.print(f"step {step}: loss {loss:.4f} learning_rate {learning_rate:.3g}")
+
+    def keep_until(self, step: int) -> None:
+        """Drop the lines of steps after ``step`` (those of a run stopped after its last checkpoint)."""
+        if self.accelerator.is_main_process and self.path.exists():
+            lines = [line for line in self.path.read_text().splitlines() if json.loads(line)["step"] <= step]
+            write_text_atomic(self.path, "".join(f"{line}\n" for line in lines))
 
 
 def train_loop(
@@ -318,6 +477,8 @@ def train_loop(
     progress = tqdm(
         total=parts.total_steps, initial=state.completed_steps, disable=args.disable_tqdm or not acc.is_main_process
     )
+    log = LossLog(acc, Path(args.output_dir) / TRAIN_LOG, args.logging_steps, echo=args.disable_tqdm)
+    log.keep_until(state.completed_steps)  # a resumed run logs the steps after its checkpoint again
     while state.completed_steps < parts.total_steps:
         parts.train_dl.set_epoch(state.epoch)
         skip = state.batches_in_epoch
@@ -327,17 +488,20 @@ def train_loop(
             micro_step = state.epoch * len(parts.train_dl) + state.batches_in_epoch
             torch.manual_seed(step_seed(args.seed, micro_step, acc.process_index, acc.num_processes))
             loss = _optimizer_step(parts, loss_of, batch, args.max_grad_norm)
+            log.add(loss)
             state.batches_in_epoch += 1
             if not acc.sync_gradients:
                 continue
             state.completed_steps += 1
+            log.step(state.completed_steps, parts.optimizer.param_groups[0]["lr"])
             progress.update(1)
             progress.set_postfix(loss=f"{loss.item():.4f}", epoch=state.epoch)
             epoch_ended = state.batches_in_epoch == len(parts.train_dl)
             if epoch_ended:
                 state.epoch, state.batches_in_epoch = state.epoch + 1, 0
             if report is not None:
-                report(state, epoch_ended)
+                with unsharded(acc, model):
+                    report(state, epoch_ended)
                 model.train()
             if state.completed_steps % args.checkpointing_steps == 0:
                 parts.ckpt.save(state)
@@ -409,6 +573,100 @@ def script_command(command: str, argv: Sequence[str]) -> str:
     return f"{command} {shlex.join(argv)}".rstrip()
 
 
+@contextlib.contextmanager
+def unsharded(accelerator: Accelerator, model: torch.nn.Module) -> Iterator[None]:
+    """Within: the prepared ``model`` may run a different number of times on each process (evaluation: IPT cuts
+    each image into as many patches as its size asks, beam search stops when its beams end). Every process enters
+    and leaves it together, and runs the model first in the same way (the first batch).
+
+    Under FSDP2 each forward pass gathers every shard unit's weights from all processes, which must then run the
+    same passes in step. Here the first forward pass of any unit gathers all the units instead, which stay so
+    until the exit shards them again. A block that runs no forward pass (a report that evaluates nothing) costs
+    nothing. Without FSDP: nothing to do.
+    """
+    from torch.distributed.fsdp import FSDPModule
+
+    if not accelerator.is_fsdp2:
+        yield
+        return
+    units = [module for module in model.modules() if isinstance(module, FSDPModule)]
+    # A unit's reshard-after-forward setting is its parameter groups' post-forward mesh (None: keep the weights);
+    # the public setter could not give back the root's and the tied embeddings' "keep" afterwards.
+    groups = [group for unit in units for group in _param_groups(unit)]
+    settings = [group.post_forward_mesh_info for group in groups]
+    gathered = []
+
+    def gather_all(*_: Any) -> None:
+        if gathered:
+            return
+        gathered.append(True)
+        for group in groups:
+            group.post_forward_mesh_info = None
+        for unit in units:  # in the same order on every process
+            unit.unshard()
+
+    hooks = [unit.register_forward_pre_hook(gather_all, prepend=True) for unit in units]  # before FSDP's own
+    try:
+        yield
+    finally:
+        for hook in hooks:
+            hook.remove()
+        if gathered:
+            for group, setting in zip(groups, settings):
+                group.post_forward_mesh_info = setting
+            for unit in units:
+                unit.reshard()
+
+
+def _param_groups(unit: torch.nn.Module) -> list[Any]:
+    """An FSDP2 unit's parameter groups (torch 2.13 may hold several a unit; earlier releases one or none)."""
+    state = unit._get_fsdp_state()
+    groups = getattr(state, "_fsdp_param_groups", None)
+    if groups is None:
+        groups = [state._fsdp_param_group] if state._fsdp_param_group is not None else []
+    return list(groups)
+
+
+def full_model(accelerator: Accelerator, model: torch.nn.Module) -> torch.nn.Module | None:
+    """The prepared ``model`` as one whole, plain module on the main process (None on the others), to save it or
+    run it there alone (pictures); every process must call it.
+
+    Without FSDP that is the unwrapped model itself. Under FSDP2 every process holds a shard of each weight and a
+    forward pass gathers the others' (so one process cannot run it alone): the weights are gathered whole into
+    the main process's CPU memory and put into a copy of the model built without allocating its own
+    (:func:`_unsharded_copy`), on the CPU.
+    """
+    if not accelerator.is_fsdp2:
+        return accelerator.unwrap_model(model) if accelerator.is_main_process else None
+    weights = accelerator.get_state_dict(model)  # full, on the main process's CPU; empty on the others
+    if not accelerator.is_main_process:
+        return None
+    return _unsharded_copy(accelerator.unwrap_model(model), weights)
+
+
+# What a model carries besides its config and weights, and what the copy must keep: the generation settings
+# (translation's beams) and where it was loaded from (which its model card reads).
+_CARRIED = ("generation_config", "_loaded_from")
+
+
+def _unsharded_copy(sharded: torch.nn.Module, weights: dict[str, torch.Tensor]) -> torch.nn.Module:
+    """A plain model of ``sharded``'s class and config holding ``weights``: its parameters are the tensors of
+    ``weights`` themselves, its buffers computed afresh (those not saved, such as position tables) or loaded."""
+    from accelerate import init_empty_weights
+    from torch.distributed.fsdp import FSDPModule
+
+    # fully_shard swaps the module's class for a subclass of FSDPModule and the original
+    cls = next(c for c in type(sharded).__mro__ if not issubclass(c, FSDPModule))
+    with init_empty_weights(include_buffers=False):
+        plain = cls(sharded.config)
+    plain.load_state_dict(weights, assign=True)
+    plain.tie_weights()  # assign gave each tied name a tensor of its own
+    for name in _CARRIED:
+        if hasattr(sharded, name):
+            setattr(plain, name, getattr(sharded, name))
+    return plain.train(sharded.training)
+
+
 def save_final(
     accelerator: Accelerator,
     model: torch.nn.Module,
@@ -418,12 +676,13 @@ def save_final(
     card_for: Callable[[Any], ModelCard],
 ) -> None:
     """Model, ``components`` (processor, tokenizer), model card and results into ``out``, each file moved in only
-    when complete. ``card_for`` builds the card from the unwrapped model. Main process only."""
+    when complete. ``card_for`` builds the card from the whole model (:func:`full_model`). Every process calls it;
+    the main process writes."""
+    unwrapped = full_model(accelerator, model)  # every process: under FSDP each sends its shards
     if not accelerator.is_main_process:
         return
     staging = out / FINAL_STAGING
     shutil.rmtree(staging, ignore_errors=True)  # left by a run killed while saving
-    unwrapped = accelerator.unwrap_model(model)
     unwrapped.save_pretrained(staging)
     for component in components:
         component.save_pretrained(staging)
@@ -454,7 +713,8 @@ def finish(
         fraction where the steps ended one part-way; also in all_results.json).
     """
     acc, out = parts.accelerator, Path(args.output_dir)
-    results = {split: score() for split, score in scores.items()}
+    with unsharded(acc, parts.model):
+        results = {split: score() for split, score in scores.items()}
     epochs = state.epoch + state.batches_in_epoch / len(parts.train_dl)
     results |= {"world_size": acc.num_processes, "completed_steps": state.completed_steps, "epochs": round(epochs, 4)}
     acc.print(json.dumps(results, indent=2, ensure_ascii=False))
