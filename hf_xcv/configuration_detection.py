@@ -283,6 +283,8 @@ class DetectionTransformerConfig(XcvConfig):
             check_int(name, getattr(self, name))
         for name in ("encoder_ffn_dim", "decoder_ffn_dim", "encoder_attention_heads", "decoder_attention_heads"):
             check_int(name, getattr(self, name))
+        if self.d_model % 4:  # half the width per image axis, each half interleaving sines and cosines
+            raise UsageError(f"d_model={self.d_model} must be a multiple of 4 (the 2-D sine position embedding)")
         for name in ("encoder_attention_heads", "decoder_attention_heads"):
             if self.d_model % getattr(self, name):
                 raise UsageError(f"{name}={getattr(self, name)} does not divide d_model={self.d_model}")

@@ -22,11 +22,12 @@ from transformers import AutoBackbone, PretrainedConfig
 from transformers import initialization as init
 from transformers.utils import ModelOutput
 
-from .conversion import load_state_dict
+from .conversion import check_local_source, load_state_dict
 from .layers import freeze_batch_norms
 from .layers.detection import backbone_stages, dilate_last_stage, resample_mask
 from .losses import check_targets
 from .modeling_utils import XcvPreTrainedModel
+from .utils.errors import UsageError
 
 
 @dataclass
@@ -110,6 +111,21 @@ class DetectionBackbone(nn.Module):
         maps = list(self.model(pixel_values).feature_maps)
         return maps, [resample_mask(valid, m.shape[-2:]) for m in maps]
 
+    def _check_source_type(self, path: str | os.PathLike) -> None:
+        """Refuse, by its model type, a checkpoint of an architecture other than the backbone's (a ViT for a ResNet
+        backbone); a source without a readable config is left to the weight checks."""
+        try:
+            source_type = PretrainedConfig.get_config_dict(str(path))[0].get("model_type")
+        except (OSError, ValueError):
+            return
+        own_type = getattr(self.model.config, "model_type", None)
+        fitting = {own_type, *(("swin", "xcv_swin") if own_type in ("swin", "xcv_swin") else ())}
+        if source_type is not None and source_type not in fitting:
+            raise UsageError(
+                f"{path} holds a {source_type!r} checkpoint; this detector's backbone is {own_type!r}: give a "
+                "checkpoint of that architecture (a detector with another backbone: its config's backbone=)"
+            )
+
     def load_pretrained(self, path: str | os.PathLike) -> None:
         """Load ImageNet weights from a checkpoint of the backbone's architecture (a local folder or Hub repo):
         transformers' ResNet (``ResNetModel`` / ``ResNetForImageClassification`` / ``ResNetBackbone``), or Swin,
@@ -118,13 +134,15 @@ class DetectionBackbone(nn.Module):
         ``swin.``, as a classifier saves them), except a Swin backbone's per-stage output norms, which a classifier
         or a bare model does not have: they start new, with a warning naming them (as
         ``SwinBackbone.from_pretrained`` does). A classifier's head and final norm are not read."""
+        check_local_source(path)
+        self._check_source_type(path)
         if isinstance(self.model, XcvPreTrainedModel):
             found = self._xcv_backbone_weights(path)
         else:
             found = self._prefixed_weights(path)
         missing = sorted(set(self.model.state_dict()) - set(found))
         if missing:
-            raise ValueError(
+            raise UsageError(
                 f"{path} lacks {len(missing)} weights of the {type(self.model).__name__} this detector uses: "
                 f"{missing[:6]}{' ...' if len(missing) > 6 else ''}"
             )
@@ -133,7 +151,7 @@ class DetectionBackbone(nn.Module):
             f"{k} ({list(v.shape)} vs {list(wanted[k].shape)})" for k, v in found.items() if v.shape != wanted[k].shape
         ]
         if shapes:
-            raise ValueError(f"{path} has backbone weights of other shapes: {shapes[:6]}")
+            raise UsageError(f"{path} has backbone weights of other shapes: {shapes[:6]}")
         self.model.load_state_dict(found)
         for module in self.model.modules():  # loaded: what initialises the detector after this leaves them alone
             module._is_hf_initialized = True

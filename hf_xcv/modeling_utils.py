@@ -47,6 +47,7 @@ from .configuration_utils import check_attention_serves
 from .conversion import (
     CheckpointMismatchError,
     CorruptCheckpointError,
+    check_local_source,
     find_corrupt_weights,
     load_config_dict,
     load_state_dict,
@@ -107,6 +108,7 @@ class XcvPreTrainedModel(PreTrainedModel):
         if pretrained_model_name_or_path is None or (config is not None and not isinstance(config, (str, os.PathLike))):
             return cls._load_checked(pretrained_model_name_or_path, *model_args, **kwargs)
         hub_kwargs, _ = split_hub_kwargs(kwargs)
+        check_local_source(config if isinstance(config, (str, os.PathLike)) else pretrained_model_name_or_path)
         try:
             source_type = load_config_dict(config or pretrained_model_name_or_path, **hub_kwargs).get("model_type")
         except OSError:

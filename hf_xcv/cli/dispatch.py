@@ -63,8 +63,9 @@ def dispatch(
     except SystemExit as exit_:
         if exit_.code is None or isinstance(exit_.code, int):  # argparse's own exits (status 2), --help (0)
             raise
-        if debug:
+        if debug:  # the chain ends with the message
             traceback.print_exception(exit_)
+            raise SystemExit(2) from None
         _refuse(command, name, exit_)
     except USER_ERRORS as error:
         if debug:
@@ -75,6 +76,5 @@ def dispatch(
 
 
 def _refuse(command: str, name: str, error: BaseException) -> None:
-    hint = "" if isinstance(error, SystemExit) else f" (add {DEBUG_FLAG} for the traceback)"
-    print(f"{command} {name}: error: {one_line(error)}{hint}", file=sys.stderr)
+    print(f"{command} {name}: error: {one_line(error)} (add {DEBUG_FLAG} for the traceback)", file=sys.stderr)
     raise SystemExit(2) from None

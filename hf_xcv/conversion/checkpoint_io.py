@@ -87,7 +87,18 @@ def load_state_dict(path_or_repo: str | os.PathLike, **hub_kwargs: Any) -> dict[
     return state_dict
 
 
+def check_local_source(path_or_repo: str | os.PathLike) -> None:
+    """FileNotFoundError for a source written as a local path (``./run``, ``/data/run``, ``~/run``, ``a/b/c``) that
+    is not there: such a name is no Hub repo id (``owner/name``), and the Hub's "Repo id must use alphanumeric
+    chars" would not say that the folder is missing."""
+    text = os.fspath(path_or_repo)
+    looks_local = text.startswith((".", "/", "~")) or text.count("/") > 1 or (os.sep != "/" and os.sep in text)
+    if looks_local and not os.path.exists(os.path.expanduser(text)):
+        raise FileNotFoundError(f"{text}: no such file or folder")
+
+
 def load_config_dict(path_or_repo: str | os.PathLike, **hub_kwargs: Any) -> dict[str, Any]:
+    check_local_source(path_or_repo)
     file = cached_file(path_or_repo, "config.json", _raise_exceptions_for_missing_entries=False, **hub_kwargs)
     if file is None:
         raise OSError(f"no config.json found in {path_or_repo}")

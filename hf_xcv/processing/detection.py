@@ -48,6 +48,7 @@ CLASS_ACTIVATIONS = ("softmax", "sigmoid")
 # How a shortest-edge resize whose longest edge is capped rounds: the original DETR derives the long side from the
 # rounded short side, transformers from the unrounded one (a 100x1000 image at 800/1333: 133x1330 vs 133x1333).
 RESIZE_ROUNDINGS = ("original", "transformers")
+_SIDES = ("height", "width", "shortest_edge", "longest_edge", "max_height", "max_width")
 # A saved config with one of these keys is hf_xcv's own (transformers' DETR processors have none of them).
 _OWN_KEYS = ("class_activation", "do_augment", "augment_scales", "resize_rounding")
 # The keys of a Hub detection dataset's ``objects`` and the COCO annotation keys they become.
@@ -367,6 +368,12 @@ def check_settings(settings: Mapping[str, Any]) -> None:
     prob = settings.get("augment_flip_prob")
     if not isinstance(prob, (int, float)) or isinstance(prob, bool) or not 0 <= prob <= 1:
         raise UsageError(f"augment_flip_prob must be a number in [0, 1], got {prob!r}")
+    for name in ("size", "pad_size"):
+        sides = settings.get(name)
+        sides = sides if isinstance(sides, Mapping) else vars(sides) if sides is not None else {}
+        for side, value in sides.items():
+            if side in _SIDES and value is not None and not (is_integer(value) and value > 0):
+                raise UsageError(f"{name}[{side!r}] must be a positive integer (pixels), got {value!r}")
     if settings.get("resize_rounding") not in RESIZE_ROUNDINGS:
         raise UsageError(f"resize_rounding must be one of {RESIZE_ROUNDINGS}, got {settings.get('resize_rounding')!r}")
 

@@ -66,6 +66,7 @@ from .hub import push_folder_to_hub
 from .schedules import get_noam_schedule
 
 FINAL_STAGING = ".final-staging"
+MIXED_PRECISIONS = ("no", "fp16", "bf16")
 
 
 @dataclass
@@ -99,6 +100,30 @@ class RunArguments:
     hub_model_id: str | None = None
     hub_private: bool = False
 
+    def __post_init__(self) -> None:
+        """Refuse settings no run can use before anything is written (a recipe fills the ones left None later)."""
+        least = {
+            "num_train_epochs": 1,
+            "max_train_steps": 1,
+            "per_device_train_batch_size": 1,
+            "per_device_eval_batch_size": 1,
+            "gradient_accumulation_steps": 1,
+            "checkpointing_steps": 1,
+            "logging_steps": 0,
+            "checkpoints_total_limit": 1,
+            "stop_after_steps": 1,
+        }
+        for name, minimum in least.items():
+            value = getattr(self, name, None)
+            if value is not None and value < minimum:
+                raise UsageError(f"--{name} must be an integer >= {minimum}, got {value}")
+        if self.mixed_precision not in MIXED_PRECISIONS:
+            raise UsageError(f"--mixed_precision must be one of {list(MIXED_PRECISIONS)}, got {self.mixed_precision!r}")
+        for name in ("learning_rate", "max_grad_norm"):
+            value = getattr(self, name, None)
+            if value is not None and not value >= 0:
+                raise UsageError(f"--{name} must be a number >= 0, got {value}")
+
 
 @dataclass
 class LoopParts:
@@ -123,7 +148,13 @@ def parse_overrides(text: str | None) -> dict[str, Any]:
     """'a=1,b=0.1,c=mean' or '{"a": 1, "image_size": [32, 32]}' -> dict (JSON values, else strings)."""
     text = (text or "").strip()
     if text.startswith("{"):
-        return json.loads(text)
+        try:
+            overrides = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise UsageError(f"--config_overrides is not a valid JSON object ({err}): {text!r}") from None
+        if not isinstance(overrides, dict):
+            raise UsageError(f"--config_overrides must be a JSON object, got {text!r}")
+        return overrides
     overrides: dict[str, Any] = {}
     for item in filter(None, text.split(",")):
         key, sep, value = item.partition("=")

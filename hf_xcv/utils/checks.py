@@ -70,7 +70,7 @@ def check_size(name: str, value: Any) -> Any:
     """A positive int or a (height, width) pair of positive ints."""
     items = list(value) if isinstance(value, (list, tuple)) else [value]
     if isinstance(value, (list, tuple)) and len(items) != 2:
-        raise ValueError(f"{name} must be an int or a (height, width) pair, got {value!r}")
+        raise UsageError(f"{name} must be an int or a (height, width) pair, got {value!r}")
     for item in items:
         check_int(name, item)
     return value
@@ -79,21 +79,21 @@ def check_size(name: str, value: Any) -> Any:
 def check_probability(name: str, value: Any) -> float:
     """A probability in [0, 1) (a dropout rate)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
-        raise ValueError(f"{name} must be a probability in [0, 1), got {value!r}")
+        raise UsageError(f"{name} must be a probability in [0, 1), got {value!r}")
     return value
 
 
 def check_positive_float(name: str, value: Any) -> float:
     """A finite number > 0."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not (value > 0 and math.isfinite(value)):
-        raise ValueError(f"{name} must be a finite positive number, got {value!r}")
+        raise UsageError(f"{name} must be a finite positive number, got {value!r}")
     return value
 
 
 def check_non_negative(name: str, value: Any) -> float:
     """A number >= 0 (a loss weight or a matching cost)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-        raise ValueError(f"{name} must be a number >= 0, got {value!r}")
+        raise UsageError(f"{name} must be a number >= 0, got {value!r}")
     return value
 
 
@@ -101,5 +101,5 @@ def check_choice(name: str, value: Any, allowed: Iterable[Any]) -> Any:
     """``value`` if it is one of ``allowed``."""
     allowed = list(allowed)
     if value not in allowed:
-        raise ValueError(f"{name}={value!r} is not allowed; allowed values: {allowed}")
+        raise UsageError(f"{name}={value!r} is not allowed; allowed values: {allowed}")
     return value

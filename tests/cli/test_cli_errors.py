@@ -56,7 +56,9 @@ def test_a_vocabulary_too_small_is_one_line(capsys, tmp_path):
 def test_a_missing_checkpoint_file_is_one_line(capsys, tmp_path):
     argv = ["swin", "--input", str(tmp_path / "missing.pth"), "--output", str(tmp_path / "out")]
     line = one_line_refusal(capsys, convert.main, *argv)
-    assert line == f"hf-xcv-convert swin: error: {tmp_path / 'missing.pth'}: no such file"
+    assert line == (
+        f"hf-xcv-convert swin: error: {tmp_path / 'missing.pth'}: no such file (add --debug for the traceback)"
+    )
 
 
 def test_a_missing_model_folder_is_one_line(capsys, tmp_path):
@@ -153,3 +155,34 @@ def test_metrics_are_reachable_after_import_hf_xcv_and_load_lazily():
     assert subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True).stdout == "ok\n"
     out = subprocess.run([sys.executable, "-c", code_attr], env=env, capture_output=True, text=True)
     assert out.stdout == "hf_xcv.metrics\n", out.stderr
+
+
+@pytest.mark.parametrize(
+    ("option", "message"),
+    [
+        (["--max_train_steps", "-3"], "--max_train_steps must be an integer >= 1, got -3"),
+        (["--per_device_train_batch_size", "0"], "--per_device_train_batch_size must be an integer >= 1, got 0"),
+        (["--mixed_precision", "fp8"], "--mixed_precision must be one of ['no', 'fp16', 'bf16'], got 'fp8'"),
+        (["--config_overrides", '{"num_queries": 5,}'], "--config_overrides is not a valid JSON object"),
+        (["--config_overrides", "dropout=1.5"], "dropout must be a probability in [0, 1), got 1.5"),
+        (["--config_overrides", "d_model=30"], "d_model=30 must be a multiple of 4"),
+        (["--shortest_edge", "-5"], "size['shortest_edge'] must be a positive integer (pixels), got -5"),
+        (["--backbone_checkpoint", "./no-such-resnet"], "./no-such-resnet: no such file or folder"),
+    ],
+    ids=lambda value: value[0] if isinstance(value, list) else None,
+)
+def test_a_bad_setting_is_refused_in_one_line_before_training(option, message, capsys, tmp_path):
+    argv = ["object-detection", "--preset", "detr-test-tiny", "--output_dir", str(tmp_path / "run"), *option]
+    line = one_line_refusal(capsys, train.main, *argv)
+    assert line.startswith(f"hf-xcv-train object-detection: error: {message}"), line
+    assert not (tmp_path / "run" / "checkpoints").exists()
+
+
+def test_a_backbone_checkpoint_of_another_architecture_is_named(capsys, tmp_path):
+    import hf_xcv
+
+    hf_xcv.ViTForImageClassification(hf_xcv.preset_config("vit-test-tiny")).save_pretrained(tmp_path / "vit")
+    capsys.readouterr()
+    argv = ["object-detection", "--preset", "detr-test-tiny", "--backbone_checkpoint", str(tmp_path / "vit")]
+    line = one_line_refusal(capsys, train.main, *argv, "--output_dir", str(tmp_path / "run"))
+    assert f"{tmp_path / 'vit'} holds a 'xcv_vit' checkpoint; this detector's backbone is 'resnet'" in line
