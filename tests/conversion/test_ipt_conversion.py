@@ -481,14 +481,15 @@ def test_the_command_converts_and_verifies_in_a_fresh_process(tmp_path, subproce
     assert (derain - official_forward(official, x, 3, num_heads=HEADS)).abs().max() <= TOL32  # tail.3 is derain
 
 
-def test_the_installed_command_writes_the_value_range_and_keeps_an_existing_output(tmp_path):
+def test_the_installed_command_writes_the_value_range_and_keeps_an_existing_output(tmp_path, capsys):
     torch.save(official_state_dict((1,), rgb_range=1), tmp_path / "IPT_denoise50.pt")
     out = tmp_path / "out"
     out.mkdir()
     (out / "keep.txt").write_text("mine")
     args = ["ipt", "--input", str(tmp_path / "IPT_denoise50.pt"), "--output", str(out), "--num_attention_heads", "3"]
-    with pytest.raises(SystemExit, match="exists and is not empty"):
+    with pytest.raises(SystemExit) as exit_:
         hf_xcv_convert(args)
+    assert exit_.value.code == 2 and "exists and is not empty" in capsys.readouterr().err  # one line, status 2
     assert (out / "keep.txt").read_text() == "mine"
     hf_xcv_convert([*args, "--overwrite", "--verify", "--rgb_range", "1"])
     assert sorted(p.name for p in out.iterdir()) == CONVERTED_FILES
