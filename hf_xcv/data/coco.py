@@ -36,7 +36,14 @@ from datasets import Dataset, DatasetDict, load_dataset, load_from_disk
 from ..processing.detection import coco_annotations, objects_to_coco
 from ..utils.checks import is_integer
 from ..utils.errors import UsageError
-from .shapes import GAP_NAME, annotation_column, detection_features, detection_label_names
+from .shapes import (
+    GAP_NAME,
+    annotation_column,
+    detection_features,
+    detection_label_names,
+    is_category,
+    real_categories,
+)
 
 ANNOTATION_PREFIX = "instances_"
 _SPLIT_ORDER = ("train", "validation", "val", "valid", "test")
@@ -205,11 +212,19 @@ def _image_entries(images: list[Any], image_dir: Path, path: Path) -> dict[int, 
     return entries
 
 
-def _check_bbox(bbox: Any, where: str) -> list[float]:
+def bbox_problem(bbox: Any) -> str | None:
+    """What is wrong with a COCO ``[x, y, width, height]`` box (``"has bbox ...: expected ..."``), or None."""
     numbers = isinstance(bbox, (list, tuple)) and len(bbox) == 4
     numbers = numbers and all(isinstance(v, Real) and not isinstance(v, bool) and math.isfinite(v) for v in bbox)
     if not numbers or bbox[2] < 0 or bbox[3] < 0:
-        raise UsageError(f"{where} has bbox {bbox!r}: expected [x, y, width, height], 4 finite numbers, sizes >= 0")
+        return f"has bbox {bbox!r}: expected [x, y, width, height], 4 finite numbers, sizes >= 0"
+    return None
+
+
+def _check_bbox(bbox: Any, where: str) -> list[float]:
+    problem = bbox_problem(bbox)
+    if problem is not None:
+        raise UsageError(f"{where} {problem}")
     return [float(value) for value in bbox]
 
 
@@ -221,8 +236,8 @@ def _annotation_row(annotation: Any, label_names: list[str], image_ids: Mapping[
     if not is_integer(image_id) or image_id not in image_ids:
         raise UsageError(f"{where} refers to image_id {image_id!r}, which has no entry in 'images'")
     category_id = annotation.get("category_id")
-    if not is_integer(category_id) or not 0 <= category_id < len(label_names) or label_names[category_id] == GAP_NAME:
-        known = [index for index, name in enumerate(label_names) if name != GAP_NAME]
+    if not is_category(category_id, label_names):
+        known = real_categories(label_names)
         raise UsageError(f"{where} (image {image_id}) has category_id {category_id!r}, not one of {known}")
     bbox = _check_bbox(annotation.get("bbox"), f"{where} (image {image_id})")
     area = annotation.get("area", bbox[2] * bbox[3])  # COCO always has one; w * h for files that do not

@@ -17,7 +17,8 @@ import torch
 
 from ..processing.detection import coco_annotations
 from ..utils.errors import UsageError
-from .shapes import GAP_NAME, annotation_column
+from .coco import bbox_problem
+from .shapes import annotation_column, is_category, real_categories
 
 Processor = Callable[..., Any]
 _NAMED_AT_MOST = 5  # problems named in an error; the rest are counted
@@ -191,11 +192,11 @@ def _row_problem(row: Mapping[str, Any], column: str, label_names: list[str]) ->
     size = (row.get("width"), row.get("height"))
     for k, obj in enumerate(annotations):
         box, category = obj.get("bbox"), obj.get("category_id")
-        numbers = isinstance(box, Sequence) and len(box) == 4
-        if not (numbers and all(isinstance(v, int | float) and np.isfinite(v) for v in box) and min(box[2:]) >= 0):
-            return f"object {k} has bbox {box!r}: expected [x, y, width, height], 4 finite numbers, sizes >= 0"
-        if not (isinstance(category, int) and 0 <= category < len(label_names) and label_names[category] != GAP_NAME):
-            real = len([name for name in label_names if name != GAP_NAME])
+        problem = bbox_problem(box)
+        if problem is not None:
+            return f"object {k} {problem}"
+        if not is_category(category, label_names):
+            real = len(real_categories(label_names))
             return f"object {k} has category {category!r}, not one of the dataset's {real} categories (its ClassLabel)"
         if all(isinstance(v, int) for v in size):  # empty once clipped to the image: the processor refuses it
             x0, y0 = max(box[0], 0), max(box[1], 0)

@@ -36,6 +36,7 @@ import numpy as np
 import PIL.Image
 from datasets import ClassLabel, Dataset, DatasetDict, Features, Image, List, Value
 
+from ..utils.checks import is_integer
 from ..utils.errors import UsageError
 
 SHAPE_CATEGORIES = ["circle", "square", "triangle", "cross"]
@@ -95,6 +96,16 @@ def detection_features(label_names: list[str]) -> Features:
             "annotations": List(annotation),
         }
     )
+
+
+def real_categories(label_names: list[str]) -> list[int]:
+    """The category ids ``label_names`` names (those not marked ``GAP_NAME``, an unused id)."""
+    return [index for index, name in enumerate(label_names) if name != GAP_NAME]
+
+
+def is_category(category: Any, label_names: list[str]) -> bool:
+    """Whether ``category`` is the integer id of a real category of ``label_names``."""
+    return is_integer(category) and 0 <= category < len(label_names) and label_names[category] != GAP_NAME
 
 
 def _is_gap(name: str) -> bool:
