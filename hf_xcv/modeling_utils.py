@@ -57,6 +57,7 @@ from .integrations.peft import hold_frozen_batch_norms
 from .layers import SinusoidalPositionEmbedding, check_pixel_tensor, sinusoidal_table
 from .model_card import card_to_push, card_to_save, loaded_checkpoint
 from .registry import MODEL_TYPES, convertible_sources, find_converter
+from .utils.checks import check_batch_not_empty, check_class_labels
 
 logger = logging.getLogger(__name__)
 
@@ -259,13 +260,27 @@ class XcvPreTrainedModel(PreTrainedModel):
         return old
 
     def checked_pixels(self, pixel_values: torch.Tensor | None) -> torch.Tensor:
-        """``pixel_values`` checked (a 4-D tensor with the model's ``num_channels``) and cast to the weights'
-        dtype: what every image model does first."""
+        """``pixel_values`` checked (a 4-D tensor with the model's ``num_channels``, at least one image) and cast to
+        the weights' dtype: what every image model does first."""
         if pixel_values is None:
             raise ValueError("pixel_values is required")
         check_pixel_tensor(pixel_values, self.config.num_channels)
+        check_batch_not_empty("pixel_values", pixel_values)
         dtype = next(self.parameters()).dtype
         return pixel_values.to(dtype) if pixel_values.dtype != dtype else pixel_values
+
+    def classification_loss(self, labels: torch.Tensor, logits: torch.Tensor, **loss_kwargs: Any) -> torch.Tensor:
+        """The loss of a classification head (transformers' ``loss_function``: cross-entropy, binary cross-entropy
+        or MSE by ``config.problem_type``), after class-index labels are checked to lie in [0, num_labels) (-100,
+        which cross-entropy ignores, allowed): every classification head computes its loss here."""
+        config = self.config
+        if config.problem_type is None:  # transformers' rule for the loss it picks
+            class_indices = config.num_labels > 1 and labels.dtype in (torch.long, torch.int)
+        else:
+            class_indices = config.problem_type == "single_label_classification"
+        if class_indices:
+            check_class_labels(labels, config.num_labels)
+        return self.loss_function(labels, logits, config, **loss_kwargs)
 
     def _resolve_outputs(self, output_attentions: bool | None, output_hidden_states: bool | None) -> tuple[bool, bool]:
         """The call's ``output_attentions`` / ``output_hidden_states``, falling back to the config's."""

@@ -1,4 +1,6 @@
-"""The validators of settings: configs' fields, attention entries' ``attention_kwargs``, processors' options.
+"""The validators of settings: configs' fields, attention entries' ``attention_kwargs``, processors' options; and
+the two checks every model makes of its inputs (:func:`check_batch_not_empty` at the entry of each forward,
+:func:`check_class_labels` in each classification loss).
 
 Each raises a UsageError (a ValueError that the command line prints in one line) that names the setting and what it
 allows, never coercing a wrong type, and returns the value it accepted (:func:`check_float` as a float,
@@ -103,3 +105,32 @@ def check_choice(name: str, value: Any, allowed: Iterable[Any]) -> Any:
     if value not in allowed:
         raise UsageError(f"{name}={value!r} is not allowed; allowed values: {allowed}")
     return value
+
+
+def check_batch_not_empty(name: str, value: Any) -> None:
+    """UsageError when ``value``, a model input whose first dimension is the batch, holds no example.
+
+    It reads the shape alone, so it stays in compiled and exported graphs: a static batch decides it while tracing,
+    and a free one folds it away (torch.export and dynamic compilation take a free dimension to be at least 2).
+    """
+    if isinstance(value, torch.Tensor) and value.ndim > 0 and value.shape[0] == 0:
+        raise UsageError(f"the batch is empty: {name} has shape {tuple(value.shape)}; pass at least one example")
+
+
+def check_class_labels(labels: torch.Tensor, num_labels: int, ignore_index: int = -100) -> None:
+    """UsageError naming the offending values unless every class label lies in [0, num_labels) or is
+    ``ignore_index`` (which cross-entropy skips).
+
+    One device synchronisation, only when labels are given (the loss); left out while compiling or exporting, where
+    a graph cannot branch on values (the eager call checks).
+    """
+    if labels.numel() == 0 or torch.compiler.is_compiling():
+        return
+    wrong = ((labels < 0) | (labels >= num_labels)) & (labels != ignore_index)
+    if not bool(wrong.any()):
+        return
+    values = labels[wrong].unique().tolist()
+    raise UsageError(
+        f"labels {values} are out of range: class labels must lie in [0, num_labels={num_labels}) "
+        f"({ignore_index} marks an example the loss ignores); set num_labels to the number of classes"
+    )

@@ -475,7 +475,7 @@ class SwinForImageClassification(SwinPreTrainedModel):
         logits = self.classifier(outputs.pooler_output)  # (B, num_labels)
         loss = None
         if labels is not None:
-            loss = self.loss_function(labels, logits, self.config, **loss_kwargs)
+            loss = self.classification_loss(labels, logits, **loss_kwargs)
         return SwinImageClassifierOutput(
             loss=loss,
             logits=logits,

@@ -28,6 +28,7 @@ from ...attention import MultiHeadAttention
 from ...layers import Mlp, ScaledEmbedding, SinusoidalPositionEmbedding, check_range, is_tracing
 from ...losses import label_smoothed_loss
 from ...modeling_utils import XcvGenerationMixin, XcvPreTrainedModel, init_sequence_model_weights
+from ...utils.checks import check_batch_not_empty
 from .configuration_transformer import TRANSFORMER_ATTENTION_REQUESTS, TransformerConfig
 
 
@@ -93,6 +94,9 @@ class TransformerStack(nn.Module):
         d_model) block input."""
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("pass exactly one of input_ids and inputs_embeds")
+        given = "input_ids" if input_ids is not None else "inputs_embeds"
+        prefix = "decoder_" if self.role == "target" else ""
+        check_batch_not_empty(prefix + given, input_ids if input_ids is not None else inputs_embeds)
         if input_ids is not None:
             if input_ids.dim() != 2:
                 raise ValueError(f"input_ids must be (batch, length), got shape {tuple(input_ids.shape)}")

@@ -42,6 +42,7 @@ from ...layers.vgg import ImageNetNormalization, TTSRTextureExtractor, normaliza
 from ...losses.reconstruction import reconstruction_loss
 from ...modeling_utils import XcvPreTrainedModel
 from ...processing.restoration import SCALE
+from ...utils.checks import check_batch_not_empty
 from .configuration_ttsr import TTSR_ATTENTION_REQUESTS, TTSRConfig
 
 LEVEL_SCALES = (1, 2, 4)  # the texture levels' resolutions relative to the relevance's (relu3_1, relu2_1, relu1_1)
@@ -375,6 +376,7 @@ class TTSRPreTrainedModel(XcvPreTrainedModel):
                 check_pixel_tensor(value, self.config.num_channels)
             except ValueError as err:
                 raise ValueError(str(err).replace("pixel_values", name, 1)) from None
+            check_batch_not_empty(name, value)
             if not value.is_floating_point():
                 raise ValueError(
                     f"{name} are {value.dtype}: TTSR takes float images in [-1, 1] (TTSRImageProcessor makes them)"

@@ -269,7 +269,7 @@ class ViTForImageClassification(ViTPreTrainedModel):
         logits = self.classifier(outputs.pooler_output)  # (B, num_labels)
         loss = None
         if labels is not None:
-            loss = self.loss_function(labels, logits, self.config, **loss_kwargs)
+            loss = self.classification_loss(labels, logits, **loss_kwargs)
         return ImageClassifierOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
         )

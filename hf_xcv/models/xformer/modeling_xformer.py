@@ -25,6 +25,7 @@ from ...attention import MultiHeadAttention, PoolingByMultiheadAttention, get_at
 from ...layers import Mlp, SinusoidalPositionEmbedding, check_range, is_tracing
 from ...layers.reversible import ChunkedFeedForward, ReversibleSequence
 from ...modeling_utils import XcvGenerationMixin, XcvPreTrainedModel, init_sequence_model_weights
+from ...utils.checks import check_batch_not_empty
 from .configuration_xformer import XFormerConfig
 
 
@@ -321,6 +322,7 @@ class XFormerModel(XFormerPreTrainedModel):
         if input_ids is None or input_ids.dim() != 2 or input_ids.shape[1] == 0:
             shape = None if input_ids is None else tuple(input_ids.shape)
             raise ValueError(f"input_ids must be a non-empty (batch, length) tensor, got {shape}")
+        check_batch_not_empty("input_ids", input_ids)
         if mems is not None and not self.stateful:
             raise ValueError(f"mems were passed, but attention_type={self.config.attention_type!r} keeps no memory")
         if mems is not None and len(mems) != len(self.layers):
@@ -436,7 +438,7 @@ class XFormerForSequenceClassification(XFormerPreTrainedModel):
         logits = self.classifier(self.dropout(self.pool(outputs.last_hidden_state, attention_mask)))
         loss = None
         if labels is not None:
-            loss = self.loss_function(labels, logits, self.config, **loss_kwargs)
+            loss = self.classification_loss(labels, logits, **loss_kwargs)
             if outputs.aux_loss is not None and self.training:
                 loss = loss + outputs.aux_loss
         return SequenceClassifierOutput(
