@@ -204,8 +204,13 @@ def train_command(task: str, row: cost.Row, data: Path, run_dir: Path, steps: in
 
 def run_training(task: str, row: cost.Row, output: Path, args: argparse.Namespace) -> dict[str, Any]:
     """Phase ``train`` of one cell: the training script in its own process; its accuracy and command."""
+    from hf_xcv.training.checkpointing import final_complete
+
     run_dir = output / "runs" / task / row.key.replace(":", "-")
-    if (run_dir / "all_results.json").exists():  # a finished run of other settings (a stale cell): start afresh
+    # A finished run of other settings (a stale cell): start afresh. Finished means the whole final folder (config,
+    # weights, a results file that parses): a results file alone (an older run killed while moving its final files
+    # in) is no evidence, and the run's checkpoints are resumed instead.
+    if final_complete(run_dir):
         shutil.rmtree(run_dir)
     data = data_dir(output, task, data_settings(task, args.quick, args.data_settings))
     command = train_command(task, row, data, run_dir, steps_for(task, args), args.seed)
@@ -216,7 +221,7 @@ def run_training(task: str, row: cost.Row, output: Path, args: argparse.Namespac
     except subprocess.TimeoutExpired:
         return {"status": "timeout", "detail": f"no result within --timeout {args.timeout:.0f} s"}
     results_file = run_dir / "all_results.json"
-    if done.returncode != 0 or not results_file.exists():
+    if done.returncode != 0 or not final_complete(run_dir):
         status = "killed" if done.returncode < 0 else "error"
         tail = (done.stderr.strip().splitlines() or [""])[-1]
         return {"status": status, "detail": f"exit code {done.returncode}: {tail}"}

@@ -25,11 +25,13 @@ and a script that runs the model on the main process alone (pictures) asks for :
 from __future__ import annotations
 
 import contextlib
+import functools
+import gc
 import json
 import math
 import os
 import shlex
-import shutil
+import traceback
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -57,9 +59,16 @@ from .checkpointing import (
     TRAIN_LOG,
     CheckpointManager,
     TrainerState,
+    changes_made,
     check_output_dir,
+    commit_final,
+    describe_changes,
     prepare_output_dir,
+    record_changes,
+    refuse_changed_arguments,
     release_output_dir,
+    settle_changes,
+    write_final_staging,
     write_text_atomic,
 )
 from .hub import push_folder_to_hub
@@ -76,6 +85,10 @@ class RunArguments:
     output_dir: str = field(metadata={"help": "run folder: checkpoints and the final Hub-ready model"})
     overwrite_output_dir: bool = False
     resume_from_checkpoint: str | None = field(default=None, metadata={"help": "'latest' or a checkpoint folder"})
+    allow_changed_args: bool = field(
+        default=False,
+        metadata={"help": "resume with arguments that change the run (batch size, learning rate, ...); recorded"},
+    )
     seed: int = 0
     num_train_epochs: int = 100
     max_train_steps: int | None = field(default=None, metadata={"help": "overrides num_train_epochs"})
@@ -214,15 +227,22 @@ def shard_on_cpu(accelerator: Accelerator) -> None:
 def prepare_run(accelerator: Accelerator, args: RunArguments, **more_args: Any) -> Path:
     """Every process checks the folder (so all fail alike), then the main process prepares it.
 
-    The run's arguments (``args`` as "train", and each dataclass of ``more_args`` under its name) are recorded.
+    The run's arguments (``args`` as "train", and each dataclass of ``more_args`` under its name) are recorded at the
+    first start. A resume whose arguments would change the run is refused with the differences listed, unless
+    ``--allow_changed_args``: then the changes are recorded, with the step they apply from (:func:`resume_state`).
     """
     out = Path(args.output_dir)
     resume = args.resume_from_checkpoint is not None
-    check_output_dir(out, args.overwrite_output_dir, resume)
+    run_args = {name: asdict(value) for name, value in more_args.items()} | {"train": asdict(args)}
+    resuming = check_output_dir(out, args.overwrite_output_dir, resume) == "resume"
+    changed = refuse_changed_arguments(out, run_args, args.allow_changed_args) if resuming else {}
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
-        run_args = {name: asdict(value) for name, value in more_args.items()} | {"train": asdict(args)}
         prepare_output_dir(out, args.overwrite_output_dir, resume, run_args)
+        if resuming:
+            record_changes(out, changed)
+    if changed:
+        accelerator.print(f"resuming with changed arguments (--allow_changed_args): {describe_changes(changed)}")
     accelerator.wait_for_everyone()
     return out
 
@@ -327,8 +347,9 @@ def resume_state(ckpt: CheckpointManager, args: RunArguments) -> TrainerState:
     ckpt.clean_staging()
     if not args.resume_from_checkpoint:
         return TrainerState()
-    path = ckpt.resolve(args.resume_from_checkpoint)
-    state = ckpt.load(path)
+    path, state = ckpt.resume(args.resume_from_checkpoint)
+    if ckpt.accelerator.is_main_process:
+        settle_changes(ckpt.root.parent, state.completed_steps)  # the changes the resume may make start here
     ckpt.accelerator.print(f"resumed from {path} at step {state.completed_steps}")
     return state
 
@@ -538,7 +559,7 @@ def train_loop(
                 parts.ckpt.save(state)
             if args.stop_after_steps is not None and state.completed_steps >= args.stop_after_steps:
                 acc.print(f"stopped after step {state.completed_steps} (--stop_after_steps)")
-                release_process_group()
+                acc.wait_for_everyone()  # no process leaves while another still sends (see release_process_group)
                 return state, True
             if state.completed_steps >= parts.total_steps:
                 break
@@ -555,9 +576,14 @@ def card_hyperparameters(args: RunArguments, results: dict[str, Any], left_out: 
     """
     by_steps = bool(args.max_train_steps)  # count_total_steps' rule
     skipped = ("output_dir", "hub_model_id", "push_to_hub", "num_train_epochs" if by_steps else "max_train_steps")
+    skipped += ("allow_changed_args",)
     hyper = {k: v for k, v in asdict(args).items() if k not in (*skipped, *left_out)}
     hyper |= {key: results[key] for key in ("completed_steps", "epochs") if key in results}
     hyper["world_size"] = results["world_size"]
+    if results.get("changed_args"):  # what resumes changed, at which step (the values above are the last ones)
+        hyper["changed_on_resume"] = "; ".join(
+            f"from step {change['step']}: {describe_changes(change['changed'])}" for change in results["changed_args"]
+        )
     return hyper
 
 
@@ -706,22 +732,25 @@ def save_final(
     results: dict[str, Any],
     card_for: Callable[[Any], ModelCard],
 ) -> None:
-    """Model, ``components`` (processor, tokenizer), model card and results into ``out``, each file moved in only
-    when complete. ``card_for`` builds the card from the whole model (:func:`full_model`). Every process calls it;
-    the main process writes."""
+    """Model, ``components`` (processor, tokenizer), model card and results into ``out``: written to a staging folder
+    and flushed to the disk, then moved in with the results file last (:func:`~.checkpointing.commit_final`), so a
+    kill at any moment leaves a finished folder or an unfinished run that resumes. A full disk raises
+    :class:`~.checkpointing.DiskFullError` before anything is moved. ``card_for`` builds the card from the whole model
+    (:func:`full_model`). Every process calls it; the main process writes."""
     unwrapped = full_model(accelerator, model)  # every process: under FSDP each sends its shards
     if not accelerator.is_main_process:
         return
+
+    def write(staging: Path) -> None:
+        unwrapped.save_pretrained(staging)
+        for component in components:
+            component.save_pretrained(staging)
+        write_model_card(card_for(unwrapped), staging)
+        (staging / FINAL_RESULTS).write_text(json.dumps(results, indent=2))
+
     staging = out / FINAL_STAGING
-    shutil.rmtree(staging, ignore_errors=True)  # left by a run killed while saving
-    unwrapped.save_pretrained(staging)
-    for component in components:
-        component.save_pretrained(staging)
-    write_model_card(card_for(unwrapped), staging)
-    (staging / FINAL_RESULTS).write_text(json.dumps(results, indent=2))
-    for file in staging.iterdir():
-        os.replace(file, out / file.name)
-    staging.rmdir()
+    write_final_staging(staging, write)
+    commit_final(staging, out)
 
 
 def finish(
@@ -731,6 +760,7 @@ def finish(
     scores: dict[str, Callable[[], dict[str, Any]]],
     components: Sequence[Any],
     card_for: Callable[..., ModelCard],
+    data_report: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Score the splits, save the final folder (:func:`save_final`), push it when asked, and end the run.
 
@@ -738,6 +768,8 @@ def finish(
         scores: split name -> a function scoring it (every process calls it).
         components: what is saved beside the model (processor, tokenizer).
         card_for: ``card_for(model, results=results)`` -> the model card.
+        data_report: what the dataset check found and did (e.g. annotations and images dropped by
+            ``--drop_invalid_annotations``), recorded as ``results["data"]`` (all_results.json, the card).
 
     Returns:
         ``results``: each split's scores, ``world_size``, ``completed_steps`` and ``epochs`` (the epochs run, a
@@ -748,6 +780,11 @@ def finish(
         results = {split: score() for split, score in scores.items()}
     epochs = state.epoch + state.batches_in_epoch / len(parts.train_dl)
     results |= {"world_size": acc.num_processes, "completed_steps": state.completed_steps, "epochs": round(epochs, 4)}
+    if data_report:
+        results["data"] = data_report
+    changes = changes_made(out)  # what resumes with --allow_changed_args changed, and from which step
+    if changes:
+        results["changed_args"] = changes
     acc.print(json.dumps(results, indent=2, ensure_ascii=False))
     save_final(acc, parts.model, components, out, results, lambda model: card_for(model, results=results))
     acc.wait_for_everyone()
@@ -755,17 +792,48 @@ def finish(
         url = push_folder_to_hub(out, args.hub_model_id or out.name, private=args.hub_private)
         acc.print(f"pushed to {url}")
     acc.end_training()
-    release_process_group()
     return results
 
 
-def release_process_group() -> None:
-    """Destroy the default process group (multi-process runs) while the script still runs Python code.
+def distributed_main(main: Callable[..., Any]) -> Callable[..., Any]:
+    """Decorates a training script's ``main``: however it ends (its results, ``--stop_after_steps``, an error),
+    nothing distributed outlives it (see :func:`release_process_group`), so the process exits cleanly and the
+    script's ``main`` can run again in the same process."""
 
-    Left to the garbage collector (when the script's DDP model is freed), gloo's destructor joins its worker thread
-    while holding the GIL, and that thread may be waiting for the GIL to free a tensor of the last barrier: a
-    deadlock after the run ended, seen once in a loaded CI run (torch 2.13). ``destroy_process_group`` shuts the
-    workers down first.
+    @functools.wraps(main)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return main(*args, **kwargs)
+        except BaseException as error:
+            traceback.clear_frames(error.__traceback__)  # the frames' locals hold the prepared model
+            raise
+        finally:
+            release_process_group()
+
+    return run
+
+
+def release_process_group() -> None:
+    """End a multi-process run while the script still runs Python code: free the prepared model and its DDP
+    reducer, then destroy the process group, and forget accelerate's state of it.
+
+    Left to interpreter exit, the reducer (which keeps its own reference to the process group) is freed last and
+    gloo's destructor joins its worker thread while holding the GIL; that thread may be waiting for the GIL to
+    free a tensor of the last barrier: a deadlock after the run ended (seen in loaded CI runs, torch 2.13).
+    Destroying the group while the reducer lives does not help, for the same reason. So: the caller's frames are
+    gone (:func:`distributed_main`), a collection frees the model, a reducer still reachable from elsewhere is
+    dropped, and only then is the group destroyed, with no work pending.
     """
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
-        torch.distributed.destroy_process_group()
+    if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
+        return
+    from torch.nn.parallel import DistributedDataParallel
+
+    gc.collect()
+    for alive in gc.get_objects():
+        if isinstance(alive, DistributedDataParallel) and "reducer" in alive.__dict__:
+            del alive.reducer  # held beyond the run by someone else: it must not keep the group
+    gc.collect()
+    torch.distributed.destroy_process_group()
+    from accelerate.state import AcceleratorState
+
+    AcceleratorState._reset_state(reset_partial_state=True)  # a later run in this process starts a new group

@@ -208,3 +208,32 @@ def test_the_cost_worker_measures_one_cell_in_process(tmp_path):
     data = bench.data_dir(tmp_path, "listops", bench.data_settings("listops", quick=True))
     result = bench.measure_cost("listops", Row("performer"), data, repeats=1, batch_size=4)
     assert result["status"] == "ok" and result["batch_size"] == 4 and result["sequence_length"] == 48
+
+
+def test_a_cell_is_started_afresh_only_when_its_final_folder_is_whole(tmp_path, monkeypatch):
+    """A results file without the config and weights beside it (a run killed while moving its final files in) is
+    no finished run: its checkpoints are kept and resumed. A whole final folder of other settings is replaced."""
+    row = Row("full", "eager")
+    run_dir = tmp_path / "runs" / "image" / "full-eager"
+    (run_dir / "checkpoints" / "step-00000150").mkdir(parents=True)
+    (run_dir / "checkpoints" / "LATEST").write_text("step-00000150")
+    (run_dir / "all_results.json").write_text(json.dumps({"test": {"accuracy": 0.5}, "completed_steps": 600}))
+    commands = []
+    monkeypatch.setattr(bench, "data_dir", lambda *_: tmp_path / "data")
+    monkeypatch.setattr(bench.subprocess, "run", lambda command, **_: commands.append(command) or Done(1))
+    args = argparse.Namespace(quick=True, data_settings=None, steps=None, seed=0, train_threads=1, timeout=5.0)
+    cell = bench.run_training("image", row, tmp_path, args)
+    assert (run_dir / "checkpoints" / "step-00000150").is_dir()  # not deleted
+    assert commands[-1][commands[-1].index("--resume_from_checkpoint") + 1] == "latest"
+    assert cell["status"] == "error"
+    for name in ("config.json", "model.safetensors"):  # now a whole final folder
+        (run_dir / name).write_text("{}")
+    bench.run_training("image", row, tmp_path, args)
+    assert not run_dir.exists() and "--resume_from_checkpoint" not in commands[-1]
+
+
+class Done:
+    """What subprocess.run returns, for a training run that failed."""
+
+    def __init__(self, returncode: int):
+        self.returncode, self.stdout, self.stderr = returncode, "", "failed"
