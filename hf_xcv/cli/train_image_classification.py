@@ -34,11 +34,14 @@ import hf_xcv.conversion
 from hf_xcv.configuration_utils import check_known_fields
 from hf_xcv.data import (
     ImageClassificationCollator,
+    check_classification_dataset,
     encode_labels,
     image_classification_transform,
     load_digits_dataset,
     random_shift,
 )
+from hf_xcv.data.checks import DataReport, card_line
+from hf_xcv.data.image_classification import DROP_OPTION
 from hf_xcv.layers import to_pair
 from hf_xcv.metrics import Accuracy, TopKAccuracy
 from hf_xcv.training import TEMPLATES, TrainerState, parameter_groups, runner
@@ -87,6 +90,13 @@ class DataArguments:
     train_test_split: float | None = field(
         default=None, metadata={"help": "hold out this fraction of train as the test split (stratified, seeded)"}
     )
+    drop_invalid_images: bool = field(
+        default=False,
+        metadata={
+            "help": "drop the images that do not decode or whose label is not a class, instead of refusing the "
+            "dataset; the count is logged, and recorded in all_results.json and the model card"
+        },
+    )
 
 
 @dataclass
@@ -102,6 +112,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[ModelArguments, DataArgum
 
 
 def load_data(args: DataArguments, seed: int) -> DatasetDict:
+    """The dataset with the splits used (the train split cut to ``max_train_samples``), labels encoded."""
     if args.dataset == "digits":
         data = load_digits_dataset(seed=seed)
     elif Path(args.dataset, "dataset_dict.json").exists():
@@ -114,6 +125,19 @@ def load_data(args: DataArguments, seed: int) -> DatasetDict:
     splits = ("train", args.eval_split, args.test_split)
     data = runner.require_splits(data, args.dataset, splits, args.max_train_samples, held_out, seed, args.label_column)
     return encode_labels(data, args.label_column)  # one id per class over all splits
+
+
+def check_data(data: DatasetDict, args: DataArguments, progress: bool = True) -> tuple[DatasetDict, DataReport]:
+    """The splits used, every image decoded and every label checked (:func:`check_classification_dataset`: refused
+    naming every problem, or with ``--drop_invalid_images`` the invalid rows dropped); and what was dropped."""
+    data = DatasetDict({split: data[split] for split in dict.fromkeys(("train", args.eval_split, args.test_split))})
+    data, report = check_classification_dataset(
+        data, args.image_column, args.label_column, args.dataset, drop_invalid=args.drop_invalid_images,
+        progress=progress,
+    )  # fmt: skip
+    if report.problems:
+        print(report.summary(DROP_OPTION, annotations=False))
+    return data, report
 
 
 # The model types this script trains (those with an image classifier), and the source types converted on load.
@@ -254,13 +278,16 @@ def model_card(
         TEMPLATE, model, args, results, argv, task="image-classification", split=split,
         metrics={k: v for k, v in results[split].items() if k != "num_samples"}, dataset=data_args.dataset,
         built_in=("digits", "sklearn-digits"), base_model=model_args.model_name_or_path,
+        template_vars={"dropped": card_line(results.get("data"), DROP_OPTION)},
     )  # fmt: skip
 
 
+@runner.distributed_main
 def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     argv = sys.argv[1:] if argv is None else argv
     model_args, data_args, args = parse_args(argv)
     data = load_data(data_args, args.seed)  # before the run folder is claimed: a bad dataset leaves nothing behind
+    data, data_report = check_data(data, data_args, not args.disable_tqdm)
     accelerator, out = runner.start_run(args, model=model_args, data=data_args)
     with runner.setting_up(accelerator, out):
         model, processor = build_model_and_processor(model_args, data["train"].features[data_args.label_column].names)
@@ -279,7 +306,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
         data_args.test_split: functools.partial(evaluate_split, accelerator, model, test_dl),
     }
     card_for = functools.partial(model_card, args=args, model_args=model_args, data_args=data_args, argv=argv)
-    return runner.finish(parts, state, args, scores, [processor], card_for)
+    dropped = data_report.as_dict(annotations=False) if data_args.drop_invalid_images else None
+    return runner.finish(parts, state, args, scores, [processor], card_for, data_report=dropped)
 
 
 if __name__ == "__main__":

@@ -63,6 +63,7 @@ from hf_xcv.cli.restoration_tasks import NamedTaskRestoration
 from hf_xcv.configuration_utils import check_known_fields
 from hf_xcv.conversion import load_config_dict
 from hf_xcv.data import load_photos_dataset, load_restoration_folder, training_crops
+from hf_xcv.data.restoration import check_restoration_dataset
 from hf_xcv.presets import PRESETS
 from hf_xcv.training import TEMPLATES, TrainerState, runner
 
@@ -222,9 +223,10 @@ def check_args(model_args: ModelArguments, args: TrainArguments) -> Any:
     return training
 
 
-def load_data(args: DataArguments, seed: int, training: Any) -> DatasetDict:
+def load_data(args: DataArguments, seed: int, training: Any, progress: bool = True) -> DatasetDict:
     """HR images with references: training crops, and whole held-out images (each row named: the scores of a
-    distributed evaluation are gathered by name)."""
+    distributed evaluation are gathered by name). A saved dataset's images are all decoded first, every one that
+    does not decode named at once (a folder's are read, each naming its file, by :func:`load_restoration_folder`)."""
     args.crop_size = training.crop_size(args.crop_size)
     if args.dataset == "photos":
         data = load_photos_dataset(
@@ -233,6 +235,7 @@ def load_data(args: DataArguments, seed: int, training: Any) -> DatasetDict:
     else:
         if Path(args.dataset, "dataset_dict.json").exists():
             data = load_from_disk(args.dataset)
+            check_restoration_dataset(data, args.dataset, progress)
         else:
             policy, multiple = training.folder_policy(args.missing_reference)
             data = load_restoration_folder(args.dataset, missing_reference=policy, scale=multiple)
@@ -334,12 +337,13 @@ def model_card(model, results, args: TrainArguments, model_args, data_args: Data
     )  # fmt: skip
 
 
+@runner.distributed_main
 def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     argv = sys.argv[1:] if argv is None else argv
     model_args, data_args, args = parse_args(argv)
     training = check_args(model_args, args)  # before the run folder is claimed: a bad option or data leaves nothing
     apply_recipe(args, training.config)
-    data = load_data(data_args, args.seed, training)
+    data = load_data(data_args, args.seed, training, not args.disable_tqdm)
     processor = build_processor(model_args, training.config)
     held_out = (data_args.eval_split, data_args.test_split)
     training.check_held_out(data, held_out, processor, args.per_device_eval_batch_size)

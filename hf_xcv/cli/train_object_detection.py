@@ -22,10 +22,12 @@ layout or COCO's ``annotations``), a COCO folder (``annotations/instances_<split
 an image folder with a ``metadata.jsonl`` of ``{"file_name", "objects": {"bbox", "category"}}`` lines (one per
 image; at its top, or in each split's folder). Split names are recognised by what they say (``val``, ``valid``,
 ``validation`` and ``val2017`` alike): mAP is measured on the validation split, or on the test split where there is
-none (cppe-5 has train and test), and the run says which. Every row is checked before the run starts. Category ids are
-the class indices (COCO's 1..90 make 91 classes); ``id2label`` names the unused ids ``"N/A (<id>)"`` and ``label2id``
-holds only the real categories. The original recipe of the model type is the default (``--learning_rate``,
-``--lr_backbone`` and ``--lr_drop`` left unset take the model type's values):
+none (cppe-5 has train and test), and the run says which. Every row is checked, and every image decoded, before the
+run starts: all the problems are reported at once (``--drop_invalid_annotations`` drops the invalid annotations and
+images instead, and the run records how many). Category ids are the class indices (COCO's 1..90 make 91 classes);
+``id2label`` names the unused ids ``"N/A (<id>)"`` and ``label2id`` holds only the real categories. The original
+recipe of the model type is the default (``--learning_rate``, ``--lr_backbone`` and ``--lr_drop`` left unset take the
+model type's values):
 
 * DETR: AdamW at lr 1e-4 for the transformer and ``--lr_backbone`` 1e-5 for the backbone stages it trains, the
   learning rate divided by 10 after ``--lr_drop`` 2/3 of the run (200 of 300 epochs);
@@ -63,8 +65,15 @@ import hf_xcv
 from hf_xcv.configuration_utils import check_known_fields
 from hf_xcv.conversion import load_config_dict
 from hf_xcv.data import detection_label_names, load_shapes_dataset
+from hf_xcv.data.checks import DataProblem, DataReport, card_line
 from hf_xcv.data.coco import find_split, load_detection_dataset
-from hf_xcv.data.detection import DetectionCollator, check_detection_dataset, detection_transform, row_annotations
+from hf_xcv.data.detection import (
+    DROP_OPTION,
+    DetectionCollator,
+    check_detection_dataset,
+    detection_transform,
+    row_annotations,
+)
 from hf_xcv.data.shapes import detection_label_maps
 from hf_xcv.losses import box_cxcywh_to_xyxy
 from hf_xcv.metrics import MeanAveragePrecision
@@ -144,6 +153,14 @@ class DataArguments:
     )
     pictures: int = field(default=8, metadata={"help": f"test images drawn into {PICTURES} (0: none)"})
     picture_threshold: float = field(default=0.5, metadata={"help": f"the score above which {PICTURES} draws a box"})
+    drop_invalid_annotations: bool = field(
+        default=False,
+        metadata={
+            "help": "drop the invalid annotations (bad, zero-area or out-of-image boxes, unknown categories) and the "
+            "images that do not decode or whose size disagrees with the dataset's width/height, instead of refusing "
+            "the dataset; the counts are logged, and recorded in all_results.json and the model card"
+        },
+    )
 
 
 @dataclass
@@ -230,21 +247,29 @@ def resolve_splits(data: DatasetDict, args: DataArguments) -> DataArguments:
     return replace(args, train_split=train, eval_split=evaluation, test_split=test)
 
 
-def load_data(args: DataArguments, seed: int) -> tuple[DatasetDict, DataArguments]:
-    """The dataset (the train split cut to ``max_train_samples``), every row of the splits used checked; and
-    ``args`` with those splits named (:func:`resolve_splits`)."""
+def load_data(args: DataArguments, seed: int, progress: bool = True) -> tuple[DatasetDict, DataArguments, DataReport]:
+    """The dataset (the train split cut to ``max_train_samples``), every row and image of the splits used checked
+    (:func:`check_detection_dataset`: refused, or with ``--drop_invalid_annotations`` what is invalid dropped);
+    ``args`` with those splits named (:func:`resolve_splits`); and what was dropped."""
+    problems: list[DataProblem] = []  # a COCO folder's annotations the dataset cannot hold, checked with the rest
     if args.dataset == "shapes":
         data = load_shapes_dataset(num_train=args.shapes_train_size, seed=seed)
     else:
-        data = load_detection_dataset(args.dataset)
+        data = load_detection_dataset(args.dataset, problems)
     args = resolve_splits(data, args)
     used = dict.fromkeys((args.train_split, args.eval_split, args.test_split))
     data = DatasetDict({split: data[split] for split in used})
     if args.max_train_samples is not None:
         train = data[args.train_split]
         data[args.train_split] = train.select(range(min(args.max_train_samples, len(train))))
-    check_detection_dataset(data, detection_label_names(data), args.dataset)
-    return data, args
+    used_problems = [problem for problem in problems if problem.split in used]
+    checked, report = check_detection_dataset(
+        data, detection_label_names(data), args.dataset, drop_invalid=args.drop_invalid_annotations,
+        progress=progress, found=used_problems,
+    )  # fmt: skip
+    if report.problems:
+        print(report.summary(DROP_OPTION))
+    return DatasetDict(checked), args, report
 
 
 def splits_line(args: DataArguments, chosen: bool = False) -> str:
@@ -440,6 +465,7 @@ def model_card(model, results, args: TrainArguments, model_args, data_args: Data
     label2id = model.config.label2id
     classes = sorted(label2id, key=label2id.get)  # the real categories, in class-id order
     family = {"family": recipe.name, "paper": recipe.paper, "scores": recipe.notes["scores"], "classes": classes}
+    family["dropped"] = card_line(results.get("data"), DROP_OPTION)
     return runner.run_model_card(
         TEMPLATE, model, args, results, argv, task="object-detection", split=split, metrics=metrics,
         dataset=data_args.dataset, built_in=("shapes", "hf-xcv-shapes"), base_model=model_args.model_name_or_path,
@@ -447,12 +473,13 @@ def model_card(model, results, args: TrainArguments, model_args, data_args: Data
     )  # fmt: skip
 
 
+@runner.distributed_main
 def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     argv = sys.argv[1:] if argv is None else argv
     model_args, data_args, args = parse_args(argv)
     chosen = data_args.eval_split is not None  # named by the user, or found by load_data
     model_type = model_type_of(model_args)  # these two before the run folder is claimed: a bad preset, checkpoint
-    data, data_args = load_data(data_args, args.seed)  # or dataset leaves nothing behind
+    data, data_args, data_report = load_data(data_args, args.seed, not args.disable_tqdm)  # or dataset: nothing left
     args = with_recipe(args, model_type)  # the rates the run uses, as the run record and the card show them
     accelerator, out = runner.start_run(args, model=model_args, data=data_args)
     accelerator.print(splits_line(data_args, chosen))
@@ -485,7 +512,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
         if accelerator.is_main_process:
             test = data[data_args.test_split]
             draw_pictures(whole, processor, test, data_args.pictures, out / PICTURES, data_args.picture_threshold)
-    return runner.finish(parts, state, args, scores, [processor], card_for)
+    dropped = data_report.as_dict() if data_args.drop_invalid_annotations else None
+    return runner.finish(parts, state, args, scores, [processor], card_for, data_report=dropped)
 
 
 if __name__ == "__main__":

@@ -350,6 +350,7 @@ def model_card(
     )  # fmt: skip
 
 
+@runner.distributed_main
 def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     argv = sys.argv[1:] if argv is None else argv
     model_args, data_args, args = parse_args(argv)

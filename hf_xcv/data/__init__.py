@@ -14,6 +14,7 @@ from .detection import check_detection_dataset, detection_transform
 from .digits import DIGIT_NAMES, load_digits_dataset
 from .image_classification import (
     ImageClassificationCollator,
+    check_classification_dataset,
     encode_labels,
     image_classification_transform,
     random_shift,
@@ -39,6 +40,7 @@ __all__ = [
     "DIGIT_NAMES",
     "ImageClassificationCollator",
     "SHAPE_CATEGORIES",
+    "check_classification_dataset",
     "check_detection_dataset",
     "detection_features",
     "detection_label_maps",

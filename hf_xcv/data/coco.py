@@ -36,6 +36,7 @@ from datasets import Dataset, DatasetDict, load_dataset, load_from_disk
 from ..processing.detection import coco_annotations, objects_to_coco
 from ..utils.checks import is_integer
 from ..utils.errors import UsageError
+from .checks import DataProblem, refuse
 from .shapes import (
     GAP_NAME,
     annotation_column,
@@ -228,61 +229,105 @@ def _check_bbox(bbox: Any, where: str) -> list[float]:
     return [float(value) for value in bbox]
 
 
-def _annotation_row(annotation: Any, label_names: list[str], image_ids: Mapping[int, Any], path: Path) -> dict:
-    if not (isinstance(annotation, dict) and is_integer(annotation.get("id"))):
-        raise UsageError(f"{path}: annotation {annotation!r} has no integer 'id'")
-    where = f"{path}: annotation {annotation['id']}"
-    image_id = annotation.get("image_id")
-    if not is_integer(image_id) or image_id not in image_ids:
-        raise UsageError(f"{where} refers to image_id {image_id!r}, which has no entry in 'images'")
+def _annotation_problem(annotation: dict, label_names: list[str]) -> str | None:
+    """What is wrong with a COCO annotation whose ids are right (bbox, category, area, crowd flag), or None."""
     category_id = annotation.get("category_id")
     if not is_category(category_id, label_names):
-        known = real_categories(label_names)
-        raise UsageError(f"{where} (image {image_id}) has category_id {category_id!r}, not one of {known}")
-    bbox = _check_bbox(annotation.get("bbox"), f"{where} (image {image_id})")
-    area = annotation.get("area", bbox[2] * bbox[3])  # COCO always has one; w * h for files that do not
-    iscrowd = annotation.get("iscrowd", 0)
+        return f"has category_id {category_id!r}, not one of {real_categories(label_names)}"
+    problem = bbox_problem(annotation.get("bbox"))
+    if problem is not None:
+        return problem
+    area = annotation.get("area", annotation["bbox"][2] * annotation["bbox"][3])  # w * h for files without one
     if not isinstance(area, Real) or isinstance(area, bool) or not area >= 0:
-        raise UsageError(f"{where} (image {image_id}) has area {area!r}: expected a number >= 0")
+        return f"has area {area!r}: expected a number >= 0"
+    iscrowd = annotation.get("iscrowd", 0)
     if iscrowd not in (0, 1) or isinstance(iscrowd, bool):
-        raise UsageError(f"{where} (image {image_id}) has iscrowd {iscrowd!r}: expected 0 or 1")
-    return {"id": annotation["id"], "category_id": category_id, "bbox": bbox, "area": float(area), "iscrowd": iscrowd}
+        return f"has iscrowd {iscrowd!r}: expected 0 or 1"
+    return None
+
+
+def _annotation_row(annotation: dict) -> dict:
+    bbox = [float(value) for value in annotation["bbox"]]
+    area = float(annotation.get("area", bbox[2] * bbox[3]))
+    iscrowd = annotation.get("iscrowd", 0)
+    return {"id": annotation["id"], "category_id": annotation["category_id"], "bbox": bbox, "area": area,
+            "iscrowd": iscrowd}  # fmt: skip
+
+
+_TWICE = "has an id that appears twice"
+
+
+def _annotation_line(problem: DataProblem) -> str:
+    """A problem of an annotation file as its reader words it: ``annotation 7 (image 5) has bbox ...``."""
+    if problem.annotation is None:
+        return problem.what
+    if problem.what == _TWICE:
+        return f"annotation id {problem.annotation} appears twice"
+    image = "" if problem.image_id is None else f" (image {problem.image_id})"
+    return f"annotation {problem.annotation}{image} {problem.what}"
 
 
 def _group_annotations(
-    annotations: list[Any], label_names: list[str], images: Mapping[int, Any], path: Path
-) -> dict[int, list[dict]]:
-    """Image id -> its annotations (as features rows), in file order."""
+    annotations: list[Any], label_names: list[str], images: Mapping[int, Any], image_dir: Path, split: str
+) -> tuple[dict[int, list[dict]], list[DataProblem]]:
+    """Image id -> its valid annotations (as features rows), in file order; and every invalid one's problem."""
     per_image: dict[int, list[dict]] = {image_id: [] for image_id in images}
     seen: set[int] = set()
+    problems = []
     for annotation in annotations:
-        row = _annotation_row(annotation, label_names, images, path)
-        if row["id"] in seen:
-            raise UsageError(f"{path}: annotation id {row['id']} appears twice")
-        seen.add(row["id"])
-        per_image[annotation["image_id"]].append(row)
-    return per_image
+        if not (isinstance(annotation, dict) and is_integer(annotation.get("id"))):
+            problems.append(DataProblem(split, f"annotation {annotation!r:.200} has no integer 'id'", -1))
+            continue
+        image_id, number = annotation.get("image_id"), annotation["id"]
+        entry = images.get(image_id) if is_integer(image_id) else None
+        if entry is None:
+            what = f"refers to image_id {image_id!r}, which has no entry in 'images'"
+            problems.append(DataProblem(split, what, -1, annotation=number))
+            continue
+        file = str((image_dir / entry["file_name"]).resolve())  # as the dataset's rows name it
+        problem = _TWICE if number in seen else _annotation_problem(annotation, label_names)
+        seen.add(number)
+        if problem is not None:
+            problems.append(DataProblem(split, problem, -1, image_id, file, number))
+        else:
+            per_image[image_id].append(_annotation_row(annotation))
+    return per_image, problems
 
 
-def load_coco_split(annotation_json: str | os.PathLike, image_dir: str | os.PathLike) -> Dataset:
+def load_coco_split(
+    annotation_json: str | os.PathLike,
+    image_dir: str | os.PathLike,
+    problems: list[DataProblem] | None = None,
+    split: str | None = None,
+) -> Dataset:
     """One COCO annotation file and its image folder as a ``Dataset`` (one row per image, in file order).
 
     Images are referenced by absolute path and decoded (to RGB) when a row is read, so a COCO-sized folder is not
     loaded into memory; keep the folder in place while the dataset is in use (``save_to_disk`` embeds the images).
 
+    An annotation the dataset cannot hold (a bbox not of 4 finite numbers or of a negative size, a category_id of no
+    category, a bad area or crowd flag, an image_id of no image, a repeated id) is an error listing every such
+    annotation; or, when ``problems`` is given, it is left out and its :class:`~hf_xcv.data.checks.DataProblem` added
+    to ``problems`` (named by ``split``, the folder's name by default): the caller refuses or drops them with the rest
+    (:func:`~hf_xcv.data.detection.check_detection_dataset`).
+
     Raises:
         FileNotFoundError: the JSON, the folder or an image file listed in the JSON does not exist.
-        ValueError: malformed JSON; an image, annotation or category entry lacking what COCO requires; an
-            annotation whose image_id has no image entry or whose category_id no category; a bbox not of 4 numbers;
-            repeated ids.
+        ValueError: malformed JSON; an image or category entry lacking what COCO requires; repeated image or
+            category ids; without ``problems``, the invalid annotations (all of them).
     """
     path, image_dir = Path(annotation_json), Path(image_dir)
+    split = image_dir.name if split is None else split
     coco = _read_json(path)
     if not image_dir.is_dir():
         raise FileNotFoundError(f"image folder {image_dir} of {path} does not exist")
     label_names = _label_names(coco["categories"], path)
     images = _image_entries(coco["images"], image_dir, path)
-    per_image = _group_annotations(coco.get("annotations", []), label_names, images, path)
+    per_image, found = _group_annotations(coco.get("annotations", []), label_names, images, image_dir, split)
+    if problems is None:
+        refuse(found, str(path), "--drop_invalid_annotations (hf-xcv-train object-detection)", _annotation_line)
+    else:
+        problems += found
     columns = {
         "image": [str((image_dir / entry["file_name"]).resolve()) for entry in images.values()],
         "image_id": list(images),
@@ -301,12 +346,16 @@ def _split_files(annotations_dir: Path) -> dict[str, Path]:
     return {name: files[name] for name in sorted(files, key=lambda name: (rank.get(name, len(rank)), name))}
 
 
-def load_coco_detection(root: str | os.PathLike, splits: str | Iterable[str] | None = None) -> DatasetDict:
+def load_coco_detection(
+    root: str | os.PathLike, splits: str | Iterable[str] | None = None, problems: list[DataProblem] | None = None
+) -> DatasetDict:
     """``root/annotations/instances_<split>.json`` with the images of ``root/<split>/`` as a ``DatasetDict``.
 
     Args:
         root: the dataset folder (COCO's layout, or what :func:`write_coco_detection` wrote).
         splits: the splits to read (``"val2017"``, ``["train", "test"]``); every annotation file found by default.
+        problems: collects the invalid annotations, left out (see :func:`load_coco_split`); without it they are an
+            error.
 
     Raises:
         FileNotFoundError: no annotations folder, no annotation file, or a requested split without one.
@@ -322,7 +371,9 @@ def load_coco_detection(root: str | os.PathLike, splits: str | Iterable[str] | N
     missing = [split for split in wanted if split not in available]
     if missing:
         raise FileNotFoundError(f"no annotation file for split(s) {missing} in {annotations_dir}: {list(available)}")
-    result = DatasetDict({split: load_coco_split(available[split], Path(root) / split) for split in wanted})
+    result = DatasetDict(
+        {split: load_coco_split(available[split], Path(root) / split, problems, split) for split in wanted}
+    )
     detection_label_names(result)  # one label space for the whole dataset, or a ValueError naming the splits
     return result
 
@@ -495,13 +546,15 @@ def _folder_split(
 # ----------------------------------------------------------------------------------------------- any source
 
 
-def load_detection_dataset(source: str | os.PathLike) -> DatasetDict:
+def load_detection_dataset(source: str | os.PathLike, problems: list[DataProblem] | None = None) -> DatasetDict:
     """A detection ``DatasetDict`` from where users keep one:
 
     - a ``save_to_disk`` folder (``dataset_dict.json``), in COCO's layout or the Hub's (``objects``);
     - a COCO folder (``annotations/instances_<split>.json`` beside ``<split>/``, :func:`load_coco_detection`);
     - an image folder with a ``metadata.jsonl`` (:func:`load_detection_folder`);
     - a Hub dataset id (``cppe-5``), read by ``datasets.load_dataset`` (its cache when offline).
+
+    ``problems``: see :func:`load_coco_detection` (a COCO folder's annotations that a dataset cannot hold).
 
     Raises:
         UsageError: a folder in none of these layouts, or a name that is neither a folder nor a Hub dataset.
@@ -511,7 +564,7 @@ def load_detection_dataset(source: str | os.PathLike) -> DatasetDict:
         if (path / "dataset_dict.json").is_file():
             return load_from_disk(str(path))
         if (path / "annotations").is_dir():
-            return load_coco_detection(path)
+            return load_coco_detection(path, problems=problems)
         if _folder_splits(path):
             return load_detection_folder(path)
         raise UsageError(

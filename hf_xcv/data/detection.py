@@ -17,11 +17,11 @@ import torch
 
 from ..processing.detection import coco_annotations
 from ..utils.errors import UsageError
+from .checks import DataProblem, DataReport, drop_rows, image_problems, refuse
 from .coco import bbox_problem
 from .shapes import annotation_column, is_category, real_categories
 
 Processor = Callable[..., Any]
-_NAMED_AT_MOST = 5  # problems named in an error; the rest are counted
 
 
 def _pad_hw(pad_size: Any) -> tuple[int, int] | None:
@@ -183,59 +183,137 @@ def row_annotations(row: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     return coco_annotations({"image_id": row.get("image_id", -1), column: row.get(column)})[1]
 
 
-def _row_problem(row: Mapping[str, Any], column: str, label_names: list[str]) -> str | None:
-    """What is wrong with one row's boxes (the first thing found), or None."""
+DROP_OPTION = "--drop_invalid_annotations"
+
+
+def _row_problems(row: Mapping[str, Any], column: str, label_names: list[str]) -> list[tuple[int | None, Any, str]]:
+    """Everything wrong with one row's boxes: (position in the row or None for the whole row, annotation id, what)."""
     try:
         annotations = coco_annotations({"image_id": row["image_id"], column: row[column]})[1]
     except UsageError as err:
-        return str(err)
+        return [(None, None, str(err))]
     size = (row.get("width"), row.get("height"))
+    found = []
     for k, obj in enumerate(annotations):
         box, category = obj.get("bbox"), obj.get("category_id")
         problem = bbox_problem(box)
-        if problem is not None:
-            return f"object {k} {problem}"
-        if not is_category(category, label_names):
+        if problem is None and not is_category(category, label_names):
             real = len(real_categories(label_names))
-            return f"object {k} has category {category!r}, not one of the dataset's {real} categories (its ClassLabel)"
-        if all(isinstance(v, int) for v in size):  # empty once clipped to the image: the processor refuses it
+            problem = f"has category {category!r}, not one of the dataset's {real} categories (its ClassLabel)"
+        if problem is None and all(isinstance(v, int) for v in size):  # empty once clipped: the processor refuses it
             x0, y0 = max(box[0], 0), max(box[1], 0)
             if min(box[0] + box[2], size[0]) <= x0 or min(box[1] + box[3], size[1]) <= y0:
-                return f"object {k} has bbox {list(box)}, empty inside the {size[0]}x{size[1]} (width x height) image"
-    return None
+                kind = "a zero-area box" if box[2] * box[3] == 0 else "a box outside the image"
+                problem = f"has bbox {list(box)}, empty inside the {size[0]}x{size[1]} (width x height) image ({kind})"
+        if problem is not None:
+            found.append((k, obj.get("id"), f"object {k} {problem}"))
+    return found
 
 
-def check_detection_dataset(data: Mapping[str, Any], label_names: list[str], name: str = "the dataset") -> None:
-    """Refuse a detection ``DatasetDict`` with a row the training would fail on, before anything starts.
+def _split_problems(
+    dataset: Any, split: str, column: str, label_names: list[str], decode_images: bool, progress: bool
+) -> list[DataProblem]:
+    """Every problem of one split: its ids, its boxes, its images (decoded) and their recorded sizes."""
+    wanted = [c for c in ("image_id", column, "width", "height") if c in dataset.column_names]
+    rows = dataset.with_format(None).select_columns(wanted)
+    image_ids = rows["image_id"]
+    problems, files = [], [None] * len(rows)
+    sizes: list[tuple[int, int] | None] = [None] * len(rows)
+    if decode_images and "image" in dataset.column_names:
+        found, sizes, files = image_problems(dataset, split, "image", image_ids, progress)
+        problems += found
+    seen: set[int] = set()
+    for i, row in enumerate(rows):
+        image_id, file = row["image_id"], files[i]
+        if not isinstance(image_id, int) or image_id in seen:
+            what = "is not an integer" if not isinstance(image_id, int) else "is not unique in the split"
+            problems.append(DataProblem(split, f"image_id {image_id!r} {what}", i, image_id, file))
+            continue
+        seen.add(image_id)
+        recorded = (row.get("width"), row.get("height"))
+        if sizes[i] is not None and all(isinstance(v, int) for v in recorded) and tuple(recorded) != sizes[i]:
+            what = f"the dataset says {recorded[0]}x{recorded[1]} (width x height), the image decodes to "
+            problems.append(DataProblem(split, what + f"{sizes[i][0]}x{sizes[i][1]}", i, image_id, file))
+        for k, annotation, what in _row_problems(row, column, label_names):
+            problems.append(DataProblem(split, what, i, image_id, file, annotation, k))
+    return problems
+
+
+def check_detection_dataset(
+    data: Mapping[str, Any],
+    label_names: list[str],
+    name: str = "the dataset",
+    *,
+    drop_invalid: bool = False,
+    decode_images: bool = True,
+    progress: bool = True,
+    found: Sequence[DataProblem] = (),
+) -> tuple[dict[str, Any], DataReport]:
+    """Check a whole detection ``DatasetDict`` before anything starts; refuse it, or drop what is invalid.
 
     Every row of every split: ``image_id`` an integer, unique in its split; its boxes 4 finite numbers
-    ``[x, y, width, height]`` not empty inside the image (when the row has ``width`` and ``height``); categories ids
-    of ``label_names`` (the dataset's ``ClassLabel``, ``"N/A"`` marking unused ids). Reads the annotation columns
-    only, not the images.
+    ``[x, y, width, height]`` not empty inside the image (zero-area, or outside it; when the row has ``width`` and
+    ``height``); categories ids of ``label_names`` (the dataset's ``ClassLabel``, ``"N/A"`` marking unused ids).
+    With ``decode_images``, every image is decoded (a streaming pass with a progress bar unless ``progress`` is
+    False): it must decode whole, at the ``width`` x ``height`` its row records.
+
+    Args:
+        drop_invalid: drop the invalid annotations, and the images that do not decode, whose size disagrees or whose
+            image_id is repeated (with their annotations), instead of refusing the dataset.
+        found: problems found earlier (by a loader: annotations it could not even store), reported with the rest;
+            with ``drop_invalid`` counted as dropped.
+
+    Returns:
+        The splits (with ``drop_invalid``, without what was dropped) and what was dropped.
 
     Raises:
-        UsageError: naming the split and the images (``image_id``) of the first problems found, and their count.
+        UsageError: listing every problem (split, image_id, file, annotation id, what is wrong), unless
+            ``drop_invalid``.
     """
+    problems = list(found)
     for split, dataset in data.items():
-        column = annotation_column(dataset)
-        wanted = [c for c in ("image_id", column, "width", "height") if c in dataset.column_names]
-        if "image_id" not in wanted:
+        if "image_id" not in dataset.column_names:
             raise UsageError(f"split {split!r} of {name} has no 'image_id' column: each image needs an integer id")
-        rows = dataset.with_format(None).select_columns(wanted)
-        problems, seen = [], set()
-        for row in rows:
-            image_id = row["image_id"]
-            if not isinstance(image_id, int) or image_id in seen:
-                problem = "is not an integer" if not isinstance(image_id, int) else "is not unique in the split"
-                problems.append(f"image_id {image_id!r} {problem}")
-                continue
-            seen.add(image_id)
-            problem = _row_problem(row, column, label_names)
-            if problem is not None:
-                problems.append(problem if problem.startswith("image_id") else f"image_id {image_id}: {problem}")
-        if problems:
-            more = f" (and {len(problems) - _NAMED_AT_MOST} more)" if len(problems) > _NAMED_AT_MOST else ""
-            raise UsageError(
-                f"split {split!r} of {name} has {len(problems)} bad row(s){more}: "
-                + "; ".join(problems[:_NAMED_AT_MOST])
-            )
+        column = annotation_column(dataset)
+        problems += _split_problems(dataset, split, column, label_names, decode_images, progress)
+    if not drop_invalid:
+        refuse(problems, name, DROP_OPTION)
+        return dict(data), DataReport()
+    return _drop(data, problems)
+
+
+def _drop(data: Mapping[str, Any], problems: list[DataProblem]) -> tuple[dict[str, Any], DataReport]:
+    """``data`` without the rows of the image problems and the annotations of the others."""
+    report = DataReport(problems=problems)
+    whole = {(p.split, p.row) for p in problems if p.index is None and p.row >= 0}
+    report.dropped_images = len(whole)
+    report.dropped_annotations = sum(1 for p in problems if p.index is not None and (p.split, p.row) not in whole)
+    report.dropped_annotations += sum(1 for p in problems if p.row < 0)  # a loader's, of no row
+    kept = {}
+    for split, dataset in data.items():
+        positions: dict[int, set[int]] = {}
+        for p in problems:
+            if p.split == split and p.index is not None and (split, p.row) not in whole and p.row >= 0:
+                positions.setdefault(p.row, set()).add(p.index)
+        if positions:
+            dataset = _drop_annotations(dataset, positions)
+        kept[split] = drop_rows(dataset, (row for s, row in whole if s == split))
+    return kept, report
+
+
+def _drop_annotations(dataset: Any, positions: dict[int, set[int]]) -> Any:
+    """``dataset`` with the annotations at ``positions`` (row -> positions in the row) removed, images untouched."""
+    column = annotation_column(dataset)
+
+    def remove(objects: Any, row: int) -> dict[str, Any]:
+        gone = positions.get(row)
+        if not gone:
+            return {column: objects}
+        if isinstance(objects, Mapping):  # the Hub's dict of lists
+            kept = {key: [v for k, v in enumerate(values) if k not in gone] for key, values in objects.items()}
+            return {column: kept}
+        return {column: [obj for k, obj in enumerate(objects) if k not in gone]}
+
+    return dataset.with_format(None).map(
+        remove, input_columns=[column], with_indices=True, features=dataset.features, keep_in_memory=True
+    )

@@ -10,6 +10,9 @@ import torch
 from datasets import ClassLabel, DatasetDict
 
 from ..utils.errors import MissingColumnError, UsageError
+from .checks import DataProblem, DataReport, drop_rows, image_problems, refuse
+
+DROP_OPTION = "--drop_invalid_images"
 
 
 def encode_labels(data: DatasetDict, column: str = "label") -> DatasetDict:
@@ -151,3 +154,39 @@ def random_shift(
     padded[..., max_shift : max_shift + height, max_shift : max_shift + width] = pixel_values
     offsets = torch.randint(0, 2 * max_shift + 1, (batch, 2), generator=generator)
     return torch.stack([padded[i, :, dy : dy + height, dx : dx + width] for i, (dy, dx) in enumerate(offsets.tolist())])
+
+
+def check_classification_dataset(
+    data: DatasetDict,
+    image_column: str = "image",
+    label_column: str = "label",
+    name: str = "the dataset",
+    *,
+    drop_invalid: bool = False,
+    progress: bool = True,
+) -> tuple[DatasetDict, DataReport]:
+    """Check every row of every split before a run: its image decodes whole (a streaming pass with a progress bar
+    unless ``progress`` is False), its label is an id of the ``label_column``'s ``ClassLabel``.
+
+    Returns:
+        ``data`` (with ``drop_invalid``, without the invalid rows) and what was dropped (``dropped_images``).
+
+    Raises:
+        UsageError: listing every problem (split, file or row, what is wrong), unless ``drop_invalid``.
+    """
+    problems = []
+    for split, dataset in data.items():
+        found, _, files = image_problems(dataset, split, image_column, enabled=progress)
+        problems += found
+        feature = dataset.features.get(label_column)
+        if isinstance(feature, ClassLabel):
+            for i, label in enumerate(dataset.with_format(None)[label_column]):
+                if not (isinstance(label, int) and 0 <= label < feature.num_classes):
+                    what = f"has label {label!r}, not an id of the {feature.num_classes} classes {feature.names[:10]}"
+                    problems.append(DataProblem(split, what, i, file=files[i]))
+    if not drop_invalid:
+        refuse(problems, name, DROP_OPTION)
+        return data, DataReport()
+    rows = {(p.split, p.row) for p in problems}
+    kept = DatasetDict({split: drop_rows(ds, (r for s, r in rows if s == split)) for split, ds in data.items()})
+    return kept, DataReport(dropped_images=len(rows), problems=problems)

@@ -3,9 +3,28 @@ images that a training step degrades itself (one task per batch)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
+
+from .checks import image_problems, refuse
+
+
+def check_restoration_dataset(data: Any, name: str = "the dataset", progress: bool = True) -> None:
+    """Decode every ``image`` and ``reference`` of every split (a streaming pass with a progress bar unless
+    ``progress`` is False) before a run.
+
+    Raises:
+        UsageError: listing every image that does not decode (split, file or row, column, what is wrong).
+    """
+    problems = []
+    for split, dataset in data.items():
+        for column in ("image", "reference"):
+            if column in dataset.column_names:
+                found = image_problems(dataset, split, column, enabled=progress)[0]
+                problems += [replace(p, what=f"its {column} {p.what}") for p in found]
+    refuse(problems, name, None)
 
 
 class RestorationCollator:

@@ -134,8 +134,9 @@ class SetCriterion(nn.Module):
         Args:
             outputs: ``"logits"`` (B, Q, K), ``"pred_boxes"`` (B, Q, 4) normalised cxcywh, and optionally
                 ``"auxiliary_outputs"``: one mapping with ``"logits"``/``"pred_boxes"`` per earlier decoder layer.
-            targets: B mappings with ``"class_labels"`` (T_i,), ``"boxes"`` (T_i, 4) normalised cxcywh and
-                optionally ``"iscrowd"`` (T_i,); crowd targets are dropped (they are COCO evaluation ignore regions).
+            targets: B mappings with ``"class_labels"`` (T_i,), ``"boxes"`` (T_i, 4) normalised cxcywh (a coordinate
+                above 1, a box in pixels, is refused naming the image and the box) and optionally ``"iscrowd"``
+                (T_i,); crowd targets are dropped (they are COCO evaluation ignore regions).
 
         Returns:
             ``(loss, loss_dict)``: loss_dict holds ``loss_ce``, ``loss_bbox``, ``loss_giou`` and the logging-only
@@ -217,7 +218,7 @@ class SetCriterion(nn.Module):
             cleaned.append({"class_labels": labels.to(logits.device, torch.int64), "boxes": boxes.to(logits.device)})
             kept.append(keep)
         check_inputs(logits, pred_boxes, cleaned)
-        check_targets(cleaned, logits.shape[0], num_classes=self.num_classes)
+        check_targets(cleaned, logits.shape[0], num_classes=self.num_classes, normalized=True)  # one synchronisation
         return cleaned, kept
 
     def _class_losses(

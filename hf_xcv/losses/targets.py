@@ -9,6 +9,7 @@ from typing import Any
 import torch
 
 TARGET_FORMAT = "'class_labels' (T,) and 'boxes' (T, 4)"
+_ROUNDING = 1e-4  # a normalised coordinate may pass 1 by this much (float rounding); pixel boxes pass it by far
 
 
 def check_targets(
@@ -18,6 +19,7 @@ def check_targets(
     name: str = "targets",
     queries: int | None = None,
     num_classes: int | None = None,
+    normalized: bool = False,
 ) -> None:
     """Raise a ValueError naming the problem unless ``targets`` is one mapping per image of a batch of ``batch``
     with ``class_labels`` (T,) integer ids and ``boxes`` (T, 4).
@@ -25,7 +27,10 @@ def check_targets(
     Args:
         name: what the message calls them (``"labels"`` for a model's argument).
         queries: when given, no image may hold more objects than there are queries (a one-to-one matching).
-        num_classes: when given, every class id must lie in [0, num_classes) (one device synchronisation).
+        num_classes: when given, every class id must lie in [0, num_classes).
+        normalized: the boxes must be normalised (cxcywh relative to the image): a coordinate above 1 (boxes in
+            pixels) is refused, naming the image and the box. With ``num_classes``, both values checks cost one
+            device synchronisation together.
     """
     if not isinstance(targets, Sequence) or isinstance(targets, (str, bytes)):
         raise ValueError(f"{name} must be a list of one dict per image ({batch}), got {type(targets).__name__}")
@@ -52,15 +57,42 @@ def check_targets(
                 f"image {i} has {labels.shape[0]} targets but the model has only {queries} queries; "
                 "a one-to-one matching needs num_queries >= the number of objects per image"
             )
+    if (num_classes is not None or normalized) and len(targets):
+        _check_values(targets, name, num_classes, normalized)
+
+
+def _check_values(
+    targets: Sequence[Mapping[str, torch.Tensor]], name: str, num_classes: int | None, normalized: bool
+) -> None:
+    """Class ids in [0, num_classes), normalised boxes at most 1; one device synchronisation for the whole batch."""
+    wrong = []  # 0-d flags, read together
     if num_classes is not None:
-        _check_class_ids(targets, name, num_classes)
-
-
-def _check_class_ids(targets: Sequence[Mapping[str, torch.Tensor]], name: str, num_classes: int) -> None:
-    """Class ids must lie in [0, num_classes); one device synchronisation for the whole batch."""
-    labels = torch.cat([target["class_labels"].reshape(-1) for target in targets])
-    if not bool(((labels < 0) | (labels >= num_classes)).any()):
+        labels = torch.cat([target["class_labels"].reshape(-1) for target in targets])
+        wrong.append(((labels < 0) | (labels >= num_classes)).any())
+    if normalized:
+        boxes = torch.cat([target["boxes"].reshape(-1, 4) for target in targets])
+        wrong.append((boxes > 1 + _ROUNDING).any().to(wrong[0].device if wrong else boxes.device))
+    if not bool(torch.stack(wrong).any()):
         return
+    if num_classes is not None:
+        _describe_class_ids(targets, name, num_classes)
+    _describe_pixel_boxes(targets, name)
+
+
+def _describe_pixel_boxes(targets: Sequence[Mapping[str, torch.Tensor]], name: str) -> None:
+    for i, target in enumerate(targets):
+        boxes = target["boxes"].detach().cpu()
+        where = (boxes > 1 + _ROUNDING).any(-1).nonzero().flatten().tolist()
+        if where:
+            shown = ", ".join(f"box {k} {boxes[k].tolist()}" for k in where[:3])
+            raise ValueError(
+                f"{name}[{i}]['boxes'] holds {len(where)} box(es) with a coordinate above 1 ({shown}): boxes must "
+                "be normalised cxcywh (relative to the image, in [0, 1]), not pixels; the image processor "
+                "normalises COCO boxes"
+            )
+
+
+def _describe_class_ids(targets: Sequence[Mapping[str, torch.Tensor]], name: str, num_classes: int) -> None:
     for i, target in enumerate(targets):
         ids = target["class_labels"]
         wrong = ids[(ids < 0) | (ids >= num_classes)].unique().tolist()

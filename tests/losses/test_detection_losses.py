@@ -400,6 +400,21 @@ def test_unknown_category_ids_raise_naming_the_image():
         criterion(outputs, targets)
 
 
+def test_boxes_in_pixels_are_refused_naming_the_image_and_the_box():
+    generator = torch.Generator().manual_seed(10)
+    outputs = random_outputs(2, 4, 3, generator)
+    targets = random_targets([2, 2], 2, generator)
+    targets[1]["boxes"] = torch.tensor([[0.5, 0.5, 0.2, 0.2], [120.0, 80.0, 40.0, 30.0]], dtype=torch.float64)
+    criterion = SetCriterion(2, HungarianMatcher())
+    with pytest.raises(ValueError, match=r"targets\[1\]\['boxes'\] holds 1 box\(es\) with a coordinate above 1 "
+                       r"\(box 1 \[120.0, 80.0, 40.0, 30.0\]\): boxes must be normalised cxcywh"):  # fmt: skip
+        criterion(outputs, targets)
+    with pytest.raises(ValueError, match=r"targets\[1\]\['boxes'\] holds 1 box"):
+        criterion.match(outputs, targets)
+    targets[1]["boxes"][1] = torch.tensor([0.5, 0.5, 1.0, 1.0], dtype=torch.float64)  # the whole image: valid
+    criterion(outputs, targets)
+
+
 def test_criterion_rejects_bad_settings_and_outputs():
     with pytest.raises(ValueError, match="class_loss must be one of"):
         SetCriterion(2, HungarianMatcher(), class_loss="bce")

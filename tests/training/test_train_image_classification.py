@@ -107,3 +107,42 @@ def test_bf16_mixed_precision_runs(module_env, tmp_path):
     out = tmp_path / "bf16"
     check(run(["--output_dir", str(out), "--max_train_steps", "2", "--mixed_precision", "bf16", *QUICK], module_env))
     assert json.loads((out / "all_results.json").read_text())["completed_steps"] == 2
+
+
+def test_undecodable_images_are_refused_by_file_before_the_run_folder_is_claimed_or_dropped_and_counted(tmp_path):
+    """A saved dataset whose train split holds a truncated PNG and a row without a class (-1, datasets' "no
+    label")."""
+    import PIL.Image
+    from datasets import ClassLabel, Dataset, DatasetDict, Features, Image
+
+    from hf_xcv.cli import train_image_classification as script
+    from hf_xcv.utils.errors import UsageError
+
+    features = Features({"image": Image(), "label": ClassLabel(names=["a", "b"])})
+    splits = {}
+    for split, count in (("train", 6), ("validation", 2), ("test", 2)):
+        paths = []
+        for i in range(count):
+            path = tmp_path / f"{split}-{i}.png"
+            PIL.Image.effect_noise((8, 8), 60).save(path)  # grayscale 8x8, as the digits
+            paths.append(str(path))
+        splits[split] = {"image": paths, "label": [-1 if (split, i) == ("train", 3) else i % 2 for i in range(count)]}
+    cut = tmp_path / "train-1.png"
+    cut.write_bytes(cut.read_bytes()[:60])  # truncated: the header reads, the pixels do not
+    data = DatasetDict({split: Dataset.from_dict(rows, features=features) for split, rows in splits.items()})
+    data.save_to_disk(str(tmp_path / "saved"))
+    out = tmp_path / "run"
+    args = ["--dataset", str(tmp_path / "saved"), "--output_dir", str(out), "--max_train_steps", "1",
+            "--per_device_train_batch_size", "2", "--eval_every_epochs", "0", "--disable_tqdm", "--preset",
+            "vit-test-tiny"]  # fmt: skip
+    with pytest.raises(UsageError) as caught:
+        script.main(args)
+    message = str(caught.value)
+    assert "has 2 bad row(s)" in message and "--drop_invalid_images" in message
+    assert "train-1.png: does not decode" in message and "has label -1, not an id of the 2 classes" in message
+    assert not out.exists()
+
+    results = script.main([*args, "--drop_invalid_images"])
+    assert results["data"] == {"dropped_images": 2}
+    assert json.loads((out / "all_results.json").read_text())["data"] == {"dropped_images": 2}
+    assert "Dropped before training (--drop_invalid_images): 2 images." in (out / "README.md").read_text()

@@ -434,7 +434,8 @@ def test_malformed_rows_and_missing_splits_are_refused_before_anything_is_writte
     bad = DatasetDict(train=train.from_dict(rows, features=train.features), validation=data["validation"])
     bad.save_to_disk(str(tmp_path / "bad"))
     out = tmp_path / "run"
-    with pytest.raises(UsageError, match=r"split 'train' of .*bad has 1 bad row\(s\): image_id 1: object 0 has bbox"):
+    bad_row = r"(?s)split 'train' of .*bad has 1 bad row\(s\).*image_id 1: object 0 has bbox"
+    with pytest.raises(UsageError, match=bad_row):
         script.main(["--dataset", str(tmp_path / "bad"), "--output_dir", str(out), *TINY])
     assert not out.exists()
 
@@ -462,3 +463,50 @@ def test_trainer_trains_a_detr_on_a_hub_layout_dataset(tmp_path):
     train = data["train"].with_transform(detection_transform(processor, augment=True, seed=0))
     result = Trainer(model=model, args=args, train_dataset=train, data_collator=DetectionCollator(processor)).train()
     assert result.global_step == 2 and torch.isfinite(torch.tensor(result.training_loss))
+
+
+def _coco_with_bad_data(root) -> None:
+    """A COCO folder: train has a truncated PNG (image 2) and a zero-area box (annotation 11 of image 1); val is
+    fine."""
+    import PIL.Image
+
+    (root / "annotations").mkdir(parents=True)
+    for split, ids in (("train", (1, 2, 3)), ("val", (7,))):
+        (root / split).mkdir()
+        images, annotations = [], []
+        for image_id in ids:
+            path = root / split / f"{image_id}.png"
+            PIL.Image.effect_noise((50, 40), 60).convert("RGB").save(path)
+            if image_id == 2:
+                path.write_bytes(path.read_bytes()[:200])  # truncated: the header reads, the pixels do not
+            images.append({"id": image_id, "file_name": path.name, "width": 50, "height": 40})
+            annotations.append({"id": 10 * image_id, "image_id": image_id, "category_id": 0, "bbox": [2, 3, 20, 10]})
+        if split == "train":
+            annotations.append({"id": 11, "image_id": 1, "category_id": 0, "bbox": [5, 5, 0, 10]})
+        coco = {"images": images, "annotations": annotations, "categories": [{"id": 0, "name": "thing"}]}
+        (root / "annotations" / f"instances_{split}.json").write_text(json.dumps(coco))
+
+
+def test_bad_data_is_refused_whole_before_the_run_folder_is_claimed_or_dropped_and_counted(tmp_path, capsys):
+    from hf_xcv.cli import train_object_detection as script
+    from hf_xcv.utils.errors import UsageError
+
+    _coco_with_bad_data(tmp_path / "coco")
+    out = tmp_path / "run"
+    args = ["--dataset", str(tmp_path / "coco"), "--output_dir", str(out), "--max_train_steps", "1", "--pictures",
+            "0", *TINY]  # fmt: skip
+    with pytest.raises(UsageError) as caught:
+        script.main(args)
+    message = str(caught.value)
+    assert "has 2 bad row(s) (2 problem(s))" in message and "--drop_invalid_annotations" in message
+    assert "image_id 2: does not decode" in message
+    assert f"file {(tmp_path / 'coco' / 'train' / '2.png').resolve()}]" in message
+    assert "image_id 1: object 1 has bbox [5.0, 5.0, 0.0, 10.0]" in message and "[annotation 11, file" in message
+    assert not out.exists()
+
+    results = script.main([*args, "--drop_invalid_annotations"])
+    assert "dropped 1 annotation and 1 image (--drop_invalid_annotations)" in capsys.readouterr().out
+    assert results["data"] == {"dropped_annotations": 1, "dropped_images": 1}
+    assert json.loads((out / "all_results.json").read_text())["data"] == results["data"]
+    card = (out / "README.md").read_text()
+    assert "Dropped before training (--drop_invalid_annotations): 1 annotation, 1 image." in card
