@@ -17,6 +17,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 
 from minihub import make_server  # noqa: E402
+from timeouts import pytest_configure, pytest_runtest_call  # noqa: E402, F401  (every test's time limit)
 
 _SESSION_DIR = Path(tempfile.mkdtemp(prefix="hf_xcv-tests-"))
 _SERVER = make_server("127.0.0.1", 0, str(_SESSION_DIR / "hub-data"), lfs="auto", user="testuser")
