@@ -33,12 +33,12 @@ from .utils.errors import UsageError
 @dataclass
 class DetectionModelOutput(ModelOutput):
     """``last_hidden_state`` (B, Q, d): the decoder's output (after its final LayerNorm where the detector has one);
-    ``intermediate_hidden_states`` (layers, B, Q, d): every decoder layer's output the heads read (the last equals
-    ``last_hidden_state``); ``encoder_last_hidden_state`` (B, N, d); hidden states and attention maps of both stacks
-    when asked (``cross_attentions``: one per decoder layer)."""
+    ``encoder_last_hidden_state`` (B, N, d); hidden states and attention maps of both stacks when asked
+    (``cross_attentions``: one per decoder layer). The fields are in the order of transformers' detectors' outputs
+    (a ``Seq2SeqModelOutput`` without its cache), so that ``return_dict=False`` tuples index alike; a family adds
+    its own fields after these."""
 
     last_hidden_state: torch.Tensor | None = None
-    intermediate_hidden_states: torch.Tensor | None = None
     decoder_hidden_states: tuple[torch.Tensor, ...] | None = None
     decoder_attentions: tuple[torch.Tensor, ...] | None = None
     cross_attentions: tuple[torch.Tensor, ...] | None = None
@@ -52,8 +52,8 @@ class ObjectDetectionOutput(ModelOutput):
     """``loss`` (when labels are given: the weighted sum) and its unweighted parts ``loss_dict`` (the class and box
     losses, their ``_0``.. ``_{L-2}`` copies for the earlier decoder layers, and logging-only errors); ``logits``
     (B, Q, classes); ``pred_boxes`` (B, Q, 4) normalised (cx, cy, w, h) relative to each unpadded image;
-    ``auxiliary_outputs``: the same two for every earlier decoder layer (when ``config.auxiliary_loss``); the rest
-    as :class:`DetectionModelOutput`."""
+    ``auxiliary_outputs``: the same two for every earlier decoder layer (when ``config.auxiliary_loss`` and labels are
+    given, as transformers); the rest as :class:`DetectionModelOutput`."""
 
     loss: torch.Tensor | None = None
     loss_dict: dict[str, torch.Tensor] | None = None

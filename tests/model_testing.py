@@ -99,7 +99,11 @@ def check_layer_outputs_on_the_graph(model, inputs: dict, constant: tuple[str, .
 
 def main_output(outputs) -> torch.Tensor:
     """The first tensor of an output after the loss: logits, last_hidden_state, a reconstruction, ...; for a
-    backbone's feature maps (a tuple of tensors), all of them flattened into one."""
+    backbone's feature maps (a tuple of tensors), all of them flattened into one. ``logits`` or ``last_hidden_state``
+    where the output has them (transformers' Deformable DETR puts ``init_reference_points`` first)."""
+    preferred = [outputs[key] for key in ("logits", "last_hidden_state") if outputs.get(key) is not None]
+    if preferred:
+        return preferred[0]
     value = next(v for key, v in outputs.items() if key != "loss" and isinstance(v, (torch.Tensor, tuple)))
     return value if isinstance(value, torch.Tensor) else torch.cat([v.flatten() for v in value])
 
@@ -152,3 +156,22 @@ def run_loss(model, inputs, stateful: bool):
     first = model(**inputs)
     second = model(**inputs, mems=first.mems)
     return first.loss + second.loss
+
+
+def assert_same_tuple(theirs: tuple, ours: tuple, values: bool = True, atol: float = 1e-4, path: str = "") -> None:
+    """``return_dict=False`` outputs read alike: the same length, and at every position (recursively through tuples,
+    lists and dicts) a tensor of the same shape, with the same values when ``values``."""
+    if isinstance(theirs, torch.Tensor):
+        assert isinstance(ours, torch.Tensor), f"{path}: a tensor in transformers', {type(ours).__name__} in ours"
+        assert theirs.shape == ours.shape, f"{path}: shape {tuple(theirs.shape)} in transformers', {tuple(ours.shape)}"
+        if values:
+            torch.testing.assert_close(ours, theirs, atol=atol, rtol=1e-4, msg=lambda m: f"{path}: {m}")
+    elif isinstance(theirs, dict):
+        assert isinstance(ours, dict) and sorted(theirs) == sorted(ours), f"{path}: keys {sorted(theirs)}"
+        for key in theirs:
+            assert_same_tuple(theirs[key], ours[key], values, atol, f"{path}.{key}")
+    else:
+        assert isinstance(ours, (tuple, list)), f"{path}: a sequence in transformers', {type(ours).__name__} in ours"
+        assert len(theirs) == len(ours), f"{path or 'tuple'}: {len(theirs)} entries in transformers', {len(ours)}"
+        for index, (a, b) in enumerate(zip(theirs, ours)):
+            assert_same_tuple(a, b, values, atol, f"{path}[{index}]")

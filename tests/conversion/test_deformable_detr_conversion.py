@@ -352,3 +352,28 @@ def test_backbones_reading_c5_alone_convert_from_both_layouts(levels, tmp_path):
     assert_same_detections(expected, detections(ours))
     theirs.save_pretrained(tmp_path)
     assert_same_detections(expected, detections(hf_xcv.DeformableDetrForObjectDetection.from_pretrained(tmp_path)))
+
+
+def test_return_dict_false_tuples_and_attention_maps_are_transformers(theirs, tmp_path):
+    """``return_dict=False`` gives transformers' fields in its order and presence, with its values: the deformable
+    maps as (B, N|Q, heads, levels, points), ``intermediate_hidden_states`` (B, layers, Q, d) and
+    ``intermediate_reference_points`` (B, layers, Q, 2|4), ``auxiliary_outputs`` only with labels."""
+    from model_testing import assert_same_tuple
+
+    theirs.save_pretrained(tmp_path)
+    reference = transformers.DeformableDetrForObjectDetection.from_pretrained(
+        tmp_path, attn_implementation="eager"
+    ).eval()
+    ours = hf_xcv.DeformableDetrForObjectDetection.from_pretrained(tmp_path).eval()
+    pixels, mask = padded_batch()
+    outputs = dict(output_attentions=True, output_hidden_states=True, return_dict=False)
+    with torch.no_grad():
+        a = reference(pixel_values=pixels, pixel_mask=mask, **outputs)
+        b = ours(pixels, mask, **outputs)
+    assert_same_tuple(a, b[: len(a)])
+    assert len(b) == len(a) + theirs.config.two_stage  # hf_xcv's own enc_outputs after transformers' fields
+    config = theirs.config
+    encoder_map = b[8][0]  # encoder_attentions, where transformers' tuple places them
+    assert encoder_map.shape[2:] == (config.encoder_attention_heads, config.num_feature_levels, config.encoder_n_points)
+    cross = (config.num_queries, config.decoder_attention_heads, config.num_feature_levels, config.decoder_n_points)
+    assert b[5][0].shape[1:] == cross  # cross_attentions

@@ -136,12 +136,25 @@ def test_output_hidden_states_attentions_and_tuples(model_case):
     assert len(attentions) == config.num_hidden_layers
     weights = attentions[0]
     heads = config.num_attention_heads  # a list, one per stage, for hierarchical models (Swin)
-    assert weights.shape[:2] == (2, heads[0] if isinstance(heads, list) else heads)
+    heads = heads[0] if isinstance(heads, list) else heads
+    # transformers' layouts: (B, heads, Lq, Lk); Swin's windows (B * windows, heads, N, N), its token-order maps in
+    # token_attentions; deformable attention (B, Q, heads, levels, points), summing to 1 over levels and points
+    if weights.dim() == 5:
+        assert weights.shape[0] == 2 and weights.shape[2] == heads
+        weights = weights.flatten(-2)
+    else:
+        assert weights.shape[0] % 2 == 0 and weights.shape[1] == heads
+    if out.get("token_attentions") is not None:
+        tokens = out.token_attentions[0]
+        assert tokens.shape[:2] == (2, heads) and tokens.shape[-1] == tokens.shape[-2]
     torch.testing.assert_close(weights.sum(-1), torch.ones_like(weights.sum(-1)))
     assert isinstance(as_tuple, tuple)
     # the tuple call ran sdpa, the other eager (for the weights): equal up to rounding
-    first = as_tuple[0] if isinstance(as_tuple[0], torch.Tensor) else torch.cat([t.flatten() for t in as_tuple[0]])
-    assert_close_at_scale(first, main_output(out))
+    first, expected = (
+        value if isinstance(value, torch.Tensor) else torch.cat([t.flatten() for t in value])
+        for value in (as_tuple[0], out.to_tuple()[0])
+    )
+    assert_close_at_scale(first, expected)
 
 
 def test_hidden_states_and_attention_maps_are_on_the_autograd_graph(model_case):

@@ -357,9 +357,8 @@ class MultiScaleDeformableAttention(nn.Module):
         value (B, N, d): the flattened levels (``spatial_shapes`` [(h, w), ...]); ``padding_mask`` (B, N), True at
             padded pixels, zeroes them in the value.
 
-        Returns the output (B, Q, d) and, when ``output_attentions``, the attention weights
-        (B, heads, Q, L * P), level-major, summing to 1 over the last dimension, as every attention map in hf_xcv
-        (transformers' are (B, Q, heads, L, P)).
+        Returns the output (B, Q, d) and, when ``output_attentions``, the attention weights (B, Q, heads, L, P),
+        summing to 1 over levels and points together: transformers' layout, the very tensor the sampling reads.
         """
         shapes = spatial_shapes_tuple(spatial_shapes)
         batch, queries, _ = hidden_states.shape
@@ -375,11 +374,9 @@ class MultiScaleDeformableAttention(nn.Module):
         weights = self.attention_weights(query).view(batch, queries, heads, levels * points)
         geometry = torch.promote_types(query.dtype, torch.float32)  # locations and softmax in float32 at least
         weights = weights.to(geometry).softmax(-1)  # (B, Q, heads, L * P)
-        maps = None
-        if output_attentions:  # the map returned is the one the sampling reads (a view of it), so it is on the graph
-            maps = weights.transpose(1, 2).contiguous()  # (B, heads, Q, L * P)
-            weights = maps.transpose(1, 2)
         weights = weights.unflatten(-1, (levels, points))  # (B, Q, heads, L, P)
+        # The map returned is the one the sampling reads, so it is on the autograd graph (attribution reads it).
+        maps = weights if output_attentions else None
         reference = per_level_reference_points(reference_points, valid_ratios, levels).to(geometry)  # (B, Q, L, 2|4)
         offsets = offsets.to(geometry)
         if reference.shape[-1] == 2:

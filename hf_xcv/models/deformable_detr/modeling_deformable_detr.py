@@ -24,6 +24,7 @@ from typing import Any
 import torch
 from torch import nn
 from transformers import initialization as init
+from transformers.utils import ModelOutput
 from transformers.utils.generic import can_return_tuple
 
 from ...attention import MultiHeadAttention
@@ -32,7 +33,6 @@ from ...layers import sine_position_embedding_2d
 from ...layers.detection import DetectionBlock, MLPPredictionHead, inverse_sigmoid, resample_mask
 from ...losses import HungarianMatcher, SetCriterion
 from ...modeling_detection import (
-    DetectionModelOutput,
     DetectionTransformerPreTrainedModel,
     ObjectDetectionOutput,
     detection_output,
@@ -50,34 +50,47 @@ PROPOSAL_BASE_SIZE = 0.05
 
 
 @dataclass
-class DeformableDetrModelOutput(DetectionModelOutput):
-    """As :class:`hf_xcv.modeling_detection.DetectionModelOutput` (``last_hidden_state``: the last decoder layer's
-    output, there is no final LayerNorm; ``intermediate_hidden_states``: every decoder layer's;
-    ``encoder_last_hidden_state`` (B, N, d) over the flattened levels; deformable attention weights
-    (B, heads, Q, levels * points)), and ``intermediate_reference_points``: the reference each decoder layer read, one
-    (B, Q, 2|4) tensor per layer (points, then boxes once box refinement has refined them); ``init_reference_points``
-    (B, Q, 2|4);
-    ``intermediate_predicted_boxes`` (layers, B, Q, 4): each layer's boxes when the decoder refines them (box
-    refinement), else None; ``enc_outputs_class`` / ``enc_outputs_coord_logits`` (two-stage): the encoder's proposal
-    scores (B, N, K) and box logits (B, N, 4)."""
+class DeformableDetrModelOutput(ModelOutput):
+    """transformers' fields, in its order (``return_dict=False`` tuples index alike): ``init_reference_points``
+    (B, Q, 2|4): the references the first decoder layer reads; ``last_hidden_state`` (B, Q, d): the last decoder
+    layer's output (there is no final LayerNorm); ``intermediate_hidden_states`` (B, layers, Q, d): every decoder
+    layer's; ``intermediate_reference_points`` (B, layers, Q, 2|4): the references after each layer (the next layer's;
+    the initial ones throughout without box refinement); the decoder's and encoder's hidden states and attention
+    maps when asked (the deformable ``encoder_attentions`` / ``cross_attentions`` (B, N|Q, heads, levels, points),
+    ``decoder_attentions`` (B, heads, Q, Q)); ``encoder_last_hidden_state`` (B, N, d) over the flattened levels;
+    ``enc_outputs_class`` / ``enc_outputs_coord_logits`` (two-stage): the encoder's proposal scores (B, N, K) and box
+    logits (B, N, 4). Then hf_xcv's own: ``intermediate_predicted_boxes`` (B, layers, Q, 4), each layer's boxes with
+    their gradient when the decoder refines them (box refinement), else None."""
 
-    intermediate_reference_points: tuple[torch.Tensor, ...] | None = None
     init_reference_points: torch.Tensor | None = None
-    intermediate_predicted_boxes: torch.Tensor | None = None
+    last_hidden_state: torch.Tensor | None = None
+    intermediate_hidden_states: torch.Tensor | None = None
+    intermediate_reference_points: torch.Tensor | None = None
+    decoder_hidden_states: tuple[torch.Tensor, ...] | None = None
+    decoder_attentions: tuple[torch.Tensor, ...] | None = None
+    cross_attentions: tuple[torch.Tensor, ...] | None = None
+    encoder_last_hidden_state: torch.Tensor | None = None
+    encoder_hidden_states: tuple[torch.Tensor, ...] | None = None
+    encoder_attentions: tuple[torch.Tensor, ...] | None = None
     enc_outputs_class: torch.Tensor | None = None
     enc_outputs_coord_logits: torch.Tensor | None = None
+    intermediate_predicted_boxes: torch.Tensor | None = None
 
 
 @dataclass
 class DeformableDetrObjectDetectionOutput(ObjectDetectionOutput):
     """As :class:`hf_xcv.modeling_detection.ObjectDetectionOutput`, with ``logits`` (B, Q, num_labels) sigmoid scores
-    (no "no object" class), ``loss_dict`` holding ``_enc`` losses of the two-stage proposals, and ``enc_outputs``
-    (two-stage: the proposals' ``logits`` and ``pred_boxes``), ``intermediate_hidden_states`` and
-    ``init_reference_points`` as :class:`DeformableDetrModelOutput`."""
+    (no "no object" class) and ``loss_dict`` holding ``_enc`` losses of the two-stage proposals; then, in
+    transformers' order, ``init_reference_points``, ``intermediate_hidden_states``, ``intermediate_reference_points``,
+    ``enc_outputs_class`` and ``enc_outputs_coord_logits`` as :class:`DeformableDetrModelOutput`; then hf_xcv's own
+    ``enc_outputs`` (two-stage: the proposals' ``logits`` and ``pred_boxes``)."""
 
-    enc_outputs: dict[str, torch.Tensor] | None = None
-    intermediate_hidden_states: torch.Tensor | None = None
     init_reference_points: torch.Tensor | None = None
+    intermediate_hidden_states: torch.Tensor | None = None
+    intermediate_reference_points: torch.Tensor | None = None
+    enc_outputs_class: torch.Tensor | None = None
+    enc_outputs_coord_logits: torch.Tensor | None = None
+    enc_outputs: dict[str, torch.Tensor] | None = None
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -230,7 +243,6 @@ class DeformableDetrDecoder(nn.Module):
         hidden_states = targets
         states, self_maps, cross_maps, outputs, references, boxes = [hidden_states], [], [], [], [], []
         for index, layer in enumerate(self.layers):
-            references.append(reference_points)
             hidden_states, self_weights, cross_weights = layer(
                 hidden_states,
                 query_positions,
@@ -249,10 +261,11 @@ class DeformableDetrDecoder(nn.Module):
                 predicted = refine_boxes(box_heads[index](hidden_states), reference_points)
                 boxes.append(predicted)
                 reference_points = predicted.detach()
+            references.append(reference_points)  # what the next layer reads
         return {
-            "intermediate": torch.stack(outputs),
-            "references": tuple(references),
-            "boxes": torch.stack(boxes) if boxes else None,
+            "intermediate": torch.stack(outputs, dim=1),  # (B, layers, Q, d)
+            "references": torch.stack(references, dim=1),  # (B, layers, Q, 2|4)
+            "boxes": torch.stack(boxes, dim=1) if boxes else None,  # (B, layers, Q, 4)
             "hidden_states": tuple(states) if output_hidden_states else None,
             "attentions": tuple(self_maps) if output_attentions else None,
             "cross_attentions": tuple(cross_maps) if output_attentions else None,
@@ -443,6 +456,7 @@ class DeformableDetrModel(DeformableDetrPreTrainedModel):
         self,
         pixel_values: torch.Tensor | None = None,
         pixel_mask: torch.Tensor | None = None,
+        *,
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
         return_dict: bool | None = None,
@@ -496,19 +510,19 @@ class DeformableDetrModel(DeformableDetrPreTrainedModel):
             output_hidden_states,
         )
         return DeformableDetrModelOutput(
-            last_hidden_state=decoded["intermediate"][-1],
+            init_reference_points=init_reference,
+            last_hidden_state=decoded["intermediate"][:, -1],
             intermediate_hidden_states=decoded["intermediate"],
             intermediate_reference_points=decoded["references"],
-            init_reference_points=init_reference,
-            intermediate_predicted_boxes=decoded["boxes"],
-            enc_outputs_class=enc_class,
-            enc_outputs_coord_logits=enc_coords,
             decoder_hidden_states=decoded["hidden_states"],
             decoder_attentions=decoded["attentions"],
             cross_attentions=decoded["cross_attentions"],
             encoder_last_hidden_state=memory,
             encoder_hidden_states=encoder_states,
             encoder_attentions=encoder_maps,
+            enc_outputs_class=enc_class,
+            enc_outputs_coord_logits=enc_coords,
+            intermediate_predicted_boxes=decoded["boxes"],
         )
 
 
@@ -589,6 +603,7 @@ class DeformableDetrForObjectDetection(DeformableDetrPreTrainedModel):
         self,
         pixel_values: torch.Tensor | None = None,
         pixel_mask: torch.Tensor | None = None,
+        *,
         labels: list[dict[str, torch.Tensor]] | None = None,
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
@@ -611,17 +626,17 @@ class DeformableDetrForObjectDetection(DeformableDetrPreTrainedModel):
             class_heads=self.class_embed,
             box_heads=self.bbox_embed,
         )
-        layers = outputs.intermediate_hidden_states  # (L, B, Q, d)
-        count = layers.shape[0]
+        layers = outputs.intermediate_hidden_states  # (B, L, Q, d)
+        count = layers.shape[1]
         indices = range(count) if self.config.auxiliary_loss else [count - 1]
         all_logits, all_boxes = [], []
         for index in indices:
             class_head, box_head = self.head(index)
-            all_logits.append(class_head(layers[index]))
+            all_logits.append(class_head(layers[:, index]))
             if outputs.intermediate_predicted_boxes is not None:
-                all_boxes.append(outputs.intermediate_predicted_boxes[index])
+                all_boxes.append(outputs.intermediate_predicted_boxes[:, index])
             else:
-                all_boxes.append(refine_boxes(box_head(layers[index]), outputs.init_reference_points))
+                all_boxes.append(refine_boxes(box_head(layers[:, index]), outputs.init_reference_points))
         auxiliary = self.auxiliary_outputs(all_logits, all_boxes)
         enc_outputs = None
         if self.config.two_stage:
@@ -644,6 +659,6 @@ class DeformableDetrForObjectDetection(DeformableDetrPreTrainedModel):
             loss_dict=loss_dict,
             logits=all_logits[-1],
             pred_boxes=all_boxes[-1],
-            auxiliary_outputs=auxiliary,
+            auxiliary_outputs=auxiliary if labels is not None else None,  # as transformers: with the loss
             enc_outputs=enc_outputs,
         )

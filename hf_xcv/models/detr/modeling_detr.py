@@ -41,9 +41,12 @@ from .configuration_detr import DETR_ENCODER_REQUESTS, DetrConfig
 @dataclass
 class DetrModelOutput(DetectionModelOutput):
     """``last_hidden_state`` (B, Q, d): the decoder's output after its final LayerNorm;
-    ``intermediate_hidden_states`` (layers, B, Q, d): every decoder layer's output through that LayerNorm (the
-    last equals ``last_hidden_state``); ``encoder_last_hidden_state`` (B, h*w, d); hidden states and attention
-    maps of both stacks when asked (``cross_attentions``: (B, heads, Q, h*w) per decoder layer)."""
+    ``encoder_last_hidden_state`` (B, h*w, d); hidden states and attention maps of both stacks when asked
+    (``cross_attentions``: (B, heads, Q, h*w) per decoder layer); ``intermediate_hidden_states`` (layers, B, Q, d),
+    only when ``config.auxiliary_loss``: every decoder layer's output through that LayerNorm (the last equals
+    ``last_hidden_state``). transformers' fields, in its order and presence (``return_dict=False`` tuples alike)."""
+
+    intermediate_hidden_states: torch.Tensor | None = None
 
 
 @dataclass
@@ -52,8 +55,8 @@ class DetrObjectDetectionOutput(ObjectDetectionOutput):
     ``loss_bbox``, ``loss_giou``, their ``_0``.. ``_{L-2}`` copies for the earlier decoder layers, and the logging-only
     ``cardinality_error`` / ``class_error``); ``logits`` (B, Q, num_labels + 1), the last class being "no
     object"; ``pred_boxes`` (B, Q, 4) normalised (cx, cy, w, h) relative to each unpadded image;
-    ``auxiliary_outputs``: the same two for every earlier decoder layer (when ``config.auxiliary_loss``); the
-    rest as :class:`DetrModelOutput`."""
+    ``auxiliary_outputs``: the same two for every earlier decoder layer (when ``config.auxiliary_loss`` and labels
+    are given, as transformers); the rest as :class:`DetrModelOutput`."""
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -212,6 +215,7 @@ class DetrDecoder(nn.Module):
             states.append(hidden_states)
             self_maps.append(self_weights)
             cross_maps.append(cross_weights)
+        states[-1] = normed[-1]  # the last hidden state is the decoder's output, after its LayerNorm (transformers')
         return {
             "intermediate": torch.stack(normed),  # (layers, B, Q, d)
             "hidden_states": tuple(states) if output_hidden_states else None,
@@ -268,6 +272,7 @@ class DetrModel(DetrPreTrainedModel):
         self,
         pixel_values: torch.Tensor | None = None,
         pixel_mask: torch.Tensor | None = None,
+        *,
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
         return_dict: bool | None = None,
@@ -293,13 +298,13 @@ class DetrModel(DetrPreTrainedModel):
         decoded = self.decoder(queries, memory, positions, keep, output_attentions, output_hidden_states)
         return DetrModelOutput(
             last_hidden_state=decoded["intermediate"][-1],
-            intermediate_hidden_states=decoded["intermediate"],
             decoder_hidden_states=decoded["hidden_states"],
             decoder_attentions=decoded["attentions"],
             cross_attentions=decoded["cross_attentions"],
             encoder_last_hidden_state=memory,
             encoder_hidden_states=encoder_states,
             encoder_attentions=encoder_maps,
+            intermediate_hidden_states=decoded["intermediate"] if self.config.auxiliary_loss else None,
         )
 
 
@@ -336,6 +341,7 @@ class DetrForObjectDetection(DetrPreTrainedModel):
         self,
         pixel_values: torch.Tensor | None = None,
         pixel_mask: torch.Tensor | None = None,
+        *,
         labels: list[dict[str, torch.Tensor]] | None = None,
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
@@ -357,8 +363,8 @@ class DetrForObjectDetection(DetrPreTrainedModel):
             return_dict=True,
         )
         layers = outputs.intermediate_hidden_states  # (L, B, Q, d)
-        if not self.config.auxiliary_loss:
-            layers = layers[-1:]  # the heads run on the last layer only: nothing reads the others
+        if layers is None:  # without auxiliary_loss: the heads run on the last layer only
+            layers = outputs.last_hidden_state[None]
         all_logits = self.class_labels_classifier(layers)  # (L, B, Q, num_labels + 1)
         all_boxes = self.bbox_predictor(layers).sigmoid()  # (L, B, Q, 4)
         auxiliary = self.auxiliary_outputs(all_logits, all_boxes)
@@ -372,5 +378,5 @@ class DetrForObjectDetection(DetrPreTrainedModel):
             loss_dict=loss_dict,
             logits=all_logits[-1],
             pred_boxes=all_boxes[-1],
-            auxiliary_outputs=auxiliary,
+            auxiliary_outputs=auxiliary if labels is not None else None,  # as transformers: with the loss
         )

@@ -46,25 +46,32 @@ class SwinEncoderOutput(ModelOutput):
     """``hidden_states``: the embeddings and each stage's output (after its patch merging), (B, L_i, C_i);
     ``reshaped_hidden_states``: the same as (B, C_i, H_i, W_i); ``stage_features``: each stage's output before
     its patch merging, (B, C_i, H_i, W_i), what the backbone returns; ``attentions``: each stage's last block's
-    attention maps (B, heads, L_i, L_i)."""
+    attention maps as transformers lays them out (see :class:`SwinModelOutput`); ``token_attentions``: the same maps
+    (B, heads, L_i, L_i) in token order."""
 
     last_hidden_state: torch.Tensor | None = None
     hidden_states: tuple[torch.Tensor, ...] | None = None
     reshaped_hidden_states: tuple[torch.Tensor, ...] | None = None
     stage_features: tuple[torch.Tensor, ...] | None = None
     attentions: tuple[torch.Tensor, ...] | None = None
+    token_attentions: tuple[torch.Tensor, ...] | None = None
 
 
 @dataclass
 class SwinModelOutput(ModelOutput):
     """``last_hidden_state`` (B, L, C) after the final LayerNorm, ``pooler_output`` (B, C) its mean over tokens;
-    the rest as :class:`SwinEncoderOutput`."""
+    ``hidden_states`` / ``reshaped_hidden_states`` as :class:`SwinEncoderOutput`. ``attentions``: one map per stage
+    (its last block's) in transformers' layout: with the ``shifted_window`` core, per window, (B * windows, heads,
+    w * w, w * w) over the padded grid rolled by the block's shift (the softmax with relative and region biases);
+    with any other core (B, heads, L, L) over the stage's tokens, as ViT's. ``token_attentions`` (hf_xcv's own, after
+    transformers' fields): the same maps in token order, (B, heads, L, L), padding tokens left out."""
 
     last_hidden_state: torch.Tensor | None = None
     pooler_output: torch.Tensor | None = None
     hidden_states: tuple[torch.Tensor, ...] | None = None
     attentions: tuple[torch.Tensor, ...] | None = None
     reshaped_hidden_states: tuple[torch.Tensor, ...] | None = None
+    token_attentions: tuple[torch.Tensor, ...] | None = None
 
 
 @dataclass
@@ -76,6 +83,7 @@ class SwinImageClassifierOutput(ModelOutput):
     hidden_states: tuple[torch.Tensor, ...] | None = None
     attentions: tuple[torch.Tensor, ...] | None = None
     reshaped_hidden_states: tuple[torch.Tensor, ...] | None = None
+    token_attentions: tuple[torch.Tensor, ...] | None = None
 
 
 def resample_bias_table(table: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor | None:
@@ -173,8 +181,9 @@ class SwinLayer(GradientCheckpointingLayer):
 
     def _window_attention(
         self, x: torch.Tensor, grid: tuple[int, int], output_attentions: bool
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """(B, h * w, C) -> attended (B, h * w, C) and the maps (B, heads, h * w, h * w), window by window."""
+    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+        """(B, h * w, C) -> attended (B, h * w, C) and the maps, per window (B * windows, heads, w * w, w * w) and in
+        token order (B, heads, h * w, h * w), both on the autograd graph."""
         window, shift = window_and_shift(grid, self.window_size, self.shift_size, self.shrink_to_grid)
         batch, length, channels = x.shape
         padded = padded_grid(grid, window)
@@ -197,16 +206,18 @@ class SwinLayer(GradientCheckpointingLayer):
         attended, weights, _ = self.attention(
             windows, grid=(window, window), attention_bias=bias, output_attentions=output_attentions
         )  # (B * nW, N, C)
-        if weights is not None:
-            probs = weights
-            weights = window_maps_to_tokens(probs, grid, window, shift, batch)  # (B, heads, L, L)
-            attended = self._through_maps(attended, windows, read_back_window_maps(weights, probs, grid, window, shift))
+        tokens = None
+        if weights is not None:  # (B * nW, heads, N, N): transformers' layout
+            tokens = window_maps_to_tokens(weights, grid, window, shift, batch)  # (B, heads, L, L)
+            # computed on from the token-order maps, which are computed from the window maps: both on the graph
+            read_back = read_back_window_maps(tokens, weights, grid, window, shift)  # (B * nW, heads, N, N)
+            attended = self._through_maps(attended, windows, read_back)
         attended = unpartition(attended.view(batch, count, window * window, channels), window, padded)
         if shift:
             attended = torch.roll(attended, (shift, shift), dims=(1, 2))
         if padded != tuple(grid):
             attended = attended[:, : grid[0], : grid[1]]
-        return attended.reshape(batch, length, channels), weights
+        return attended.reshape(batch, length, channels), weights, tokens
 
     def _through_maps(self, attended: torch.Tensor, windows: torch.Tensor, probs: torch.Tensor) -> torch.Tensor:
         """``attended`` (B * nW, N, C) as computed, with the gradient of ``o_proj(probs @ v)`` (the same function of
@@ -221,15 +232,18 @@ class SwinLayer(GradientCheckpointingLayer):
 
     def forward(
         self, hidden_states: torch.Tensor, grid: tuple[int, int], output_attentions: bool = False
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+        """Returns the output and, when asked, the maps in transformers' layout and in token order (the same tensor
+        for a core that is not windowed here)."""
         normed = self.layernorm_before(hidden_states)
         if self.windowed:
-            attended, weights = self._window_attention(normed, grid, output_attentions)
+            attended, weights, tokens = self._window_attention(normed, grid, output_attentions)
         else:
             attended, weights, _ = self.attention(normed, grid=grid, output_attentions=output_attentions)
+            tokens = weights
         hidden_states = hidden_states + self.drop_path(self.dropout(attended))
         hidden_states = hidden_states + self.drop_path(self.mlp(self.layernorm_after(hidden_states)))
-        return hidden_states, weights
+        return hidden_states, weights, tokens
 
 
 class SwinPatchMerging(nn.Module):
@@ -269,17 +283,17 @@ class SwinStage(nn.Module):
         grid: tuple[int, int],
         output_attentions: bool = False,
         output_features: bool = False,
-    ) -> tuple[torch.Tensor, tuple[int, int], torch.Tensor | None, torch.Tensor | None]:
+    ) -> tuple[torch.Tensor, tuple[int, int], torch.Tensor | None, tuple[torch.Tensor | None, torch.Tensor | None]]:
         """Returns the output, its grid, the features before merging as a map (B, C, h, w) when
-        ``output_features`` (the merging reads it) and the last block's maps."""
-        weights = features = None
+        ``output_features`` (the merging reads it) and the last block's maps (transformers' layout, token order)."""
+        weights = tokens = features = None
         for block in self.blocks:
-            hidden_states, weights = block(hidden_states, grid, output_attentions)
+            hidden_states, weights, tokens = block(hidden_states, grid, output_attentions)
         if output_features:
             features, hidden_states = through_map(hidden_states, grid)
         if self.downsample is not None:
             hidden_states, grid = self.downsample(hidden_states, grid)
-        return hidden_states, grid, features, weights
+        return hidden_states, grid, features, (weights, tokens)
 
 
 class SwinEncoder(nn.Module):
@@ -308,9 +322,11 @@ class SwinEncoder(nn.Module):
         if output_hidden_states or output_stage_features:
             stem, hidden_states = through_map(hidden_states, grid)
             hidden, reshaped, features = [hidden_states], [stem], [stem]
-        all_weights = [] if output_attentions else None
+        all_weights, all_tokens = [], []
         for stage in self.layers:
-            hidden_states, grid, before, weights = stage(hidden_states, grid, output_attentions, output_stage_features)
+            hidden_states, grid, before, (weights, tokens) = stage(
+                hidden_states, grid, output_attentions, output_stage_features
+            )
             if output_hidden_states:
                 feature_map, hidden_states = through_map(hidden_states, grid)
                 hidden.append(hidden_states)
@@ -319,12 +335,14 @@ class SwinEncoder(nn.Module):
                 features.append(before)
             if output_attentions:
                 all_weights.append(weights)
+                all_tokens.append(tokens)
         return SwinEncoderOutput(
             last_hidden_state=hidden_states,
             hidden_states=tuple(hidden) if output_hidden_states else None,
             reshaped_hidden_states=tuple(reshaped) if output_hidden_states else None,
             stage_features=tuple(features) if output_stage_features else None,
-            attentions=tuple(all_weights) if all_weights is not None else None,
+            attentions=tuple(all_weights) if output_attentions else None,
+            token_attentions=tuple(all_tokens) if output_attentions else None,
         )
 
 
@@ -396,6 +414,7 @@ class SwinModel(SwinPreTrainedModel):
     def forward(
         self,
         pixel_values: torch.Tensor | None = None,
+        *,
         interpolate_pos_encoding: bool | None = None,
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
@@ -411,7 +430,9 @@ class SwinModel(SwinPreTrainedModel):
 
         Returns:
             last_hidden_state (batch, tokens of the last stage, hidden_size), pooler_output (batch, hidden_size),
-            hidden_states / reshaped_hidden_states (embeddings + one per stage), attentions (one per stage).
+            hidden_states / reshaped_hidden_states (embeddings + one per stage), attentions (one per stage, in
+            transformers' layout: per window with the ``shifted_window`` core) and token_attentions (the same maps in
+            token order).
         """
         self.take_kwargs(kwargs)
         output_attentions, output_hidden_states = self._resolve_outputs(output_attentions, output_hidden_states)
@@ -424,6 +445,7 @@ class SwinModel(SwinPreTrainedModel):
             hidden_states=encoded.hidden_states,
             attentions=encoded.attentions,
             reshaped_hidden_states=encoded.reshaped_hidden_states,
+            token_attentions=encoded.token_attentions,
         )
 
 
@@ -450,6 +472,7 @@ class SwinForImageClassification(SwinPreTrainedModel):
         pixel_values: torch.Tensor | None = None,
         labels: torch.Tensor | None = None,
         interpolate_pos_encoding: bool | None = None,
+        *,
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
         return_dict: bool | None = None,
@@ -463,7 +486,7 @@ class SwinForImageClassification(SwinPreTrainedModel):
 
         Returns:
             loss (when labels are given), logits (batch, num_labels), hidden_states, attentions,
-            reshaped_hidden_states.
+            reshaped_hidden_states, token_attentions (as :class:`SwinModel`).
         """
         loss_kwargs = self.take_kwargs(kwargs)
         outputs = self.swin(
@@ -482,6 +505,7 @@ class SwinForImageClassification(SwinPreTrainedModel):
             hidden_states=outputs.hidden_states,
             attentions=outputs.attentions,
             reshaped_hidden_states=outputs.reshaped_hidden_states,
+            token_attentions=outputs.token_attentions,
         )
 
 
@@ -518,6 +542,7 @@ class SwinBackbone(BackboneMixin, SwinPreTrainedModel):
     def forward(
         self,
         pixel_values: torch.Tensor | None = None,
+        *,
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
         return_dict: bool | None = None,
@@ -526,7 +551,8 @@ class SwinBackbone(BackboneMixin, SwinPreTrainedModel):
         r"""
         Returns:
             feature_maps (one (batch, C_i, H_i, W_i) tensor per out_feature), hidden_states (every stage's map
-            before merging, the stem first, when asked), attentions (one per stage).
+            before merging, the stem first, when asked), attentions (one per stage, in transformers' layout: per
+            window with the ``shifted_window`` core; the token-order maps are the bare model's).
         """
         self.take_kwargs(kwargs)
         output_attentions, output_hidden_states = self._resolve_outputs(output_attentions, output_hidden_states)

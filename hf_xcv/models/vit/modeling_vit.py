@@ -190,6 +190,7 @@ class ViTModel(ViTPreTrainedModel):
     def forward(
         self,
         pixel_values: torch.Tensor | None = None,
+        *,
         interpolate_pos_encoding: bool | None = None,
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
@@ -244,6 +245,7 @@ class ViTForImageClassification(ViTPreTrainedModel):
         pixel_values: torch.Tensor | None = None,
         labels: torch.Tensor | None = None,
         interpolate_pos_encoding: bool | None = None,
+        *,
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
         return_dict: bool | None = None,

@@ -143,8 +143,8 @@ def test_module_ignores_padded_values_and_takes_points_or_boxes():
     noisy = value.masked_fill(padding[..., None], 0) + torch.randn_like(value) * 100 * padding[..., None]
     again, weights = attention(queries, points, noisy, shapes, ratios, padding, output_attentions=True)
     torch.testing.assert_close(out, again)
-    assert weights.shape == (1, 2, 5, 6)
-    torch.testing.assert_close(weights.sum(-1), torch.ones(1, 2, 5, dtype=torch.float64))
+    assert weights.shape == (1, 5, 2, 2, 3)  # (B, Q, heads, levels, points): transformers' layout
+    torch.testing.assert_close(weights.sum((-2, -1)), torch.ones(1, 5, 2, dtype=torch.float64))
     # boxes of size (w, h) = 2 * points / offsets-scale: the same locations as the points with offsets / (w_l, h_l)
     boxes = torch.cat([points, torch.full_like(points, 1.0)], -1)
     offsets = attention.sampling_offsets(queries).view(1, 5, 2, 2, 3, 2)
@@ -225,11 +225,12 @@ def test_every_refined_head_is_its_own_and_references_are_detached_between_layer
         assert grad is None or grad.abs().sum() == 0, f"bbox_embed[{index}] reached through a reference"
     with torch.no_grad():
         inner = model.model(pixels, mask, class_heads=model.class_embed, box_heads=model.bbox_embed)
+    # (B, layers, Q, 4): the references after each layer (the next one's), as transformers'; points before the first
     references, boxes = inner.intermediate_reference_points, inner.intermediate_predicted_boxes
-    assert references[0].shape[-1] == 2 and references[1].shape[-1] == 4
-    torch.testing.assert_close(references[1], boxes[0])
-    torch.testing.assert_close(references[2], boxes[1])
-    torch.testing.assert_close(boxes[-1], out.pred_boxes.detach())
+    assert inner.init_reference_points.shape[-1] == 2
+    assert references.shape == boxes.shape == (2, 3, config.num_queries, 4)
+    torch.testing.assert_close(references, boxes)
+    torch.testing.assert_close(boxes[:, -1], out.pred_boxes.detach())
 
 
 def test_without_refinement_every_layer_reads_the_initial_references_with_one_shared_head():
@@ -238,10 +239,14 @@ def test_without_refinement_every_layer_reads_the_initial_references_with_one_sh
     with torch.no_grad():
         out = model(pixels, mask)
         inner = model.model(pixels, mask)
-    for reference in inner.intermediate_reference_points:
-        torch.testing.assert_close(reference, inner.init_reference_points)
+    for layer in range(3):
+        torch.testing.assert_close(inner.intermediate_reference_points[:, layer], inner.init_reference_points)
+    assert out.auxiliary_outputs is None  # as transformers: only with labels
+    with torch.no_grad():
+        empty = {"class_labels": torch.zeros(0, dtype=torch.long), "boxes": torch.zeros(0, 4)}
+        out = model(pixels, mask, labels=[empty, empty])
     assert len(out.auxiliary_outputs) == 2
-    expected = model.class_embed[0](inner.intermediate_hidden_states[0])
+    expected = model.class_embed[0](inner.intermediate_hidden_states[:, 0])
     torch.testing.assert_close(out.auxiliary_outputs[0]["logits"], expected)
 
 
@@ -358,17 +363,17 @@ def test_module_returns_the_attention_weights_its_sampling_reads():
     query, value = torch.randn(2, 3, 16), torch.randn(2, 26, 16)
     reference = torch.rand(2, 3, 2)
     output, maps = module(query, reference, value, shapes, output_attentions=True)
-    assert maps.shape == (2, 2, 3, 4) and maps.requires_grad
+    assert maps.shape == (2, 3, 2, 2, 2) and maps.requires_grad  # (B, Q, heads, L, P), as transformers'
     maps.retain_grad()
     output.sin().sum().backward()
-    weights = maps.detach().transpose(1, 2).unflatten(-1, (2, 2)).requires_grad_()  # (B, Q, heads, L, P)
+    weights = maps.detach().clone().requires_grad_()
     values = module.value_proj(value).view(2, 26, 2, 8)
     offsets = module.sampling_offsets(query).view(2, 3, 2, 2, 2, 2)
     size = torch.tensor([[w, h] for h, w in shapes], dtype=torch.float32)
     locations = reference[:, :, None, None, None, :] + offsets / size[None, None, None, :, None, :]
     again = module.output_proj(multi_scale_deformable_attention_reference(values, shapes, locations, weights))
     (expected,) = torch.autograd.grad(again.sin().sum(), weights)
-    torch.testing.assert_close(maps.grad, expected.flatten(3).transpose(1, 2), atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(maps.grad, expected, atol=1e-6, rtol=1e-5)
 
 
 def test_a_swin_classifier_folder_or_a_transformers_swin_config_is_the_backbone(tmp_path):

@@ -123,7 +123,7 @@ def test_auxiliary_loss_does_not_change_the_forward_as_in_the_original(theirs):
         with torch.no_grad():
             outputs[aux] = ours.eval()(pixels, mask)
     assert_same_detections(outputs[False], outputs[True], atol=0)
-    assert len(outputs[True].auxiliary_outputs) == SIZES["decoder_layers"] - 1
+    assert outputs[True].auxiliary_outputs is None  # as transformers: only with labels
     theirs.config.auxiliary_loss = True
     try:
         with torch.no_grad():
@@ -448,3 +448,33 @@ def test_the_original_initialisation_is_applied_xavier_matrices_and_zero_attenti
         assert getattr(layer.self_attn, name).bias.abs().max() == 0
     decoder = model.model.decoder.layers[0].encoder_attn
     assert decoder.q_proj.bias.abs().max() == 0
+
+
+@pytest.mark.parametrize("auxiliary_loss", [False, True], ids=["plain", "auxiliary_loss"])
+def test_return_dict_false_tuples_index_as_transformers(theirs, auxiliary_loss, tmp_path):
+    """``model(..., return_dict=False)`` gives transformers' fields in its order and presence (the bare model's
+    ``intermediate_hidden_states`` last and only with ``auxiliary_loss``, ``auxiliary_outputs`` only with labels),
+    with its values; with ``auxiliary_loss`` transformers norms the decoder's chain itself (research D4), so there
+    the shapes are compared."""
+    from model_testing import assert_same_tuple
+
+    theirs.save_pretrained(tmp_path)
+    reference = transformers.DetrForObjectDetection.from_pretrained(
+        tmp_path, auxiliary_loss=auxiliary_loss, attn_implementation="eager"
+    ).eval()
+    ours = DetrForObjectDetection.from_pretrained(tmp_path, auxiliary_loss=auxiliary_loss).eval()
+    pixels, mask = padded_batch()
+    outputs = dict(output_attentions=True, output_hidden_states=True, return_dict=False)
+    with torch.no_grad():
+        a = reference(pixel_values=pixels, pixel_mask=mask, **outputs)
+        b = ours(pixels, mask, **outputs)
+        assert_same_tuple(a, b, values=not auxiliary_loss)
+        a = reference.model(pixel_values=pixels, pixel_mask=mask, **outputs)
+        b = ours.model(pixels, mask, **outputs)
+        assert_same_tuple(a, b, values=not auxiliary_loss)
+        assert len(b) == 7 + auxiliary_loss  # intermediate_hidden_states (layers, B, Q, d) last, with auxiliary_loss
+        labels = [{"class_labels": torch.tensor([1]), "boxes": torch.tensor([[0.5, 0.5, 0.2, 0.2]])}] * 2
+        a = reference(pixel_values=pixels, pixel_mask=mask, labels=labels, return_dict=False)
+        b = ours(pixels, mask, labels=labels, return_dict=False)
+    assert len(a) == len(b) == 4 + auxiliary_loss + 2  # loss, loss_dict, logits, pred_boxes, [aux], last, encoder
+    assert_same_tuple(a[2:], b[2:], values=False)

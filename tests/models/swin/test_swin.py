@@ -62,17 +62,38 @@ def test_logits_and_hidden_states_match_transformers(size):
         assert (theirs_tokens - ours_tokens).abs().max() <= TOL * 10
 
 
-def test_the_last_block_maps_match_transformers_per_window():
-    """Our maps are (B, heads, L, L) in token order; transformers' are per window. At stage 4 (one 7x7 window at
-    224) they are the same matrix."""
-    theirs, x = their_classifier(), pixels(224, 224)
+@pytest.mark.parametrize("size", [(224, 224), (200, 250)], ids=["224", "200x250"])
+def test_attentions_are_transformers_per_window_maps_and_token_attentions_the_same_in_token_order(size):
+    """``attentions`` equal transformers' on the same weights, count, shapes and values: one per stage (its last
+    block's, a shifted one), (B * windows, heads, w * w, w * w) over the padded, rolled grid; ``token_attentions`` are
+    the same maps in token order (B, heads, L, L). A ``return_dict=False`` tuple reads the same as transformers'."""
+    theirs, x = their_classifier(), pixels(*size)
     ours = ours_from(theirs)
     theirs.set_attn_implementation("eager")  # transformers' sdpa path returns no maps
     with torch.no_grad():
-        a = theirs(x, output_attentions=True).attentions[-1]
-        b = ours(x, output_attentions=True).attentions[-1]
-    assert a.shape == b.shape == (2, 8, 49, 49)
-    assert (a - b).abs().max() < 1e-5
+        a, b = theirs(x, output_attentions=True), ours(x, output_attentions=True)
+        as_tuple = ours(x, output_attentions=True, return_dict=False)
+    assert len(a.attentions) == len(b.attentions) == len(b.token_attentions) == 4
+    grid = (-(-size[0] // 4), -(-size[1] // 4))
+    for theirs_maps, ours_maps, tokens in zip(a.attentions, b.attentions, b.token_attentions):
+        assert theirs_maps.shape == ours_maps.shape
+        torch.testing.assert_close(ours_maps, theirs_maps, atol=1e-5, rtol=1e-4)
+        window, shift = window_and_shift(grid, 7, 3)
+        assert tokens.shape == (2, ours_maps.shape[1], grid[0] * grid[1], grid[0] * grid[1])
+        torch.testing.assert_close(tokens, window_maps_to_tokens(ours_maps, grid, window, shift, batch=2))
+        grid = (-(-grid[0] // 2), -(-grid[1] // 2))
+    assert len(as_tuple) == 3  # logits, attentions, token_attentions: transformers' (logits, attentions) first
+    for theirs_maps, ours_maps in zip(a.attentions, as_tuple[1]):
+        torch.testing.assert_close(ours_maps, theirs_maps, atol=1e-5, rtol=1e-4)
+
+
+def test_a_core_that_is_not_windowed_keeps_the_vit_like_layout():
+    config = hf_xcv.preset_config("swin-test-tiny", attention_type="full", attention_kwargs={})
+    model = hf_xcv.SwinModel(config).eval()
+    with torch.no_grad():
+        out = model(pixels(32, 32, batch=1), output_attentions=True)
+    for maps, tokens in zip(out.attentions, out.token_attentions):
+        assert maps is tokens and maps.shape[-1] == maps.shape[-2] and maps.shape[0] == 1
 
 
 def test_a_transformers_folder_loads_by_converting_on_load(tmp_path):
@@ -295,23 +316,25 @@ def test_a_transformers_swin_classifier_loads_into_the_backbone_by_converting_on
 
 
 def test_attention_maps_are_on_the_graph_with_transformers_gradients_per_window():
-    """The maps returned (token order, padding tokens left out) are what the values are computed from: their
-    retained gradients are transformers' per-window ones, scattered, at a padded size with shifted windows."""
+    """The maps returned are what the values are computed from: the retained gradients of ``attentions`` are
+    transformers' per-window ones, and those of ``token_attentions`` the same scattered into token order (padding
+    tokens left out), at a padded size with shifted windows."""
     theirs = their_classifier()
     ours = ours_from(theirs)
     theirs.set_attn_implementation("eager")
     x = pixels(200, 250)
     a, b = theirs(x, output_attentions=True), ours(x, output_attentions=True)
-    for maps in (*a.attentions, *b.attentions):
+    for maps in (*a.attentions, *b.attentions, *b.token_attentions):
         maps.retain_grad()
     a.logits.sin().sum().backward()
     b.logits.sin().sum().backward()
     grid = (50, 63)
-    for theirs_maps, ours_maps in zip(a.attentions, b.attentions):
+    for theirs_maps, ours_maps, tokens in zip(a.attentions, b.attentions, b.token_attentions):
         window, shift = window_and_shift(grid, 7, 3)  # the last block of every stage is a shifted one
+        torch.testing.assert_close(ours_maps.grad, theirs_maps.grad, atol=1e-7, rtol=1e-4)
         expected = window_maps_to_tokens(theirs_maps.grad, grid, window, shift, batch=2)
-        assert ours_maps.grad is not None and ours_maps.grad.shape == expected.shape
-        torch.testing.assert_close(ours_maps.grad, expected, atol=1e-7, rtol=1e-4)
+        assert tokens.grad is not None and tokens.grad.shape == expected.shape
+        torch.testing.assert_close(tokens.grad, expected, atol=1e-7, rtol=1e-4)
         grid = (-(-grid[0] // 2), -(-grid[1] // 2))
 
 
