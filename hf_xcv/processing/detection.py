@@ -41,7 +41,8 @@ from ..utils.box_ops import box_cxcywh_to_xyxy
 from ..utils.checks import is_integer
 from ..utils.errors import UsageError
 from ..utils.generators import as_generator
-from .images import prepare_images
+from .input_policy import check_resized_size, read_images, size_setting
+from .input_policy import resize as resize_image
 
 DEFAULT_AUGMENT_SCALES = [480, 512, 544, 576, 608, 640, 672, 704, 736, 768, 800]
 CLASS_ACTIVATIONS = ("softmax", "sigmoid")
@@ -475,7 +476,7 @@ class DetectionImageProcessor(RemoteCodeMixin, PilBackend):
             ``pad_size = {"height", "width"}``; returns ``pixel_mask`` (1 = image, 0 = padding).
         do_convert_annotations: boxes as normalised ``(cx, cy, w, h)`` relative to the unpadded resized image
             (True) or absolute ``(x0, y0, x1, y1)`` pixels of the resized image (False).
-        do_convert_rgb: grayscale -> 3 channels, RGBA -> RGB.
+        do_convert_rgb: grayscale -> 3 channels, alpha composited on white, other modes to RGB.
         num_labels: if set, category ids outside ``[0, num_labels)`` raise a ValueError.
         class_activation: ``"softmax"`` (DETR: last class is no-object) or ``"sigmoid"`` (Deformable DETR), for
             :meth:`post_process_object_detection`.
@@ -539,7 +540,9 @@ class DetectionImageProcessor(RemoteCodeMixin, PilBackend):
         """Images (+ COCO detection annotations) -> ``pixel_values``, ``pixel_mask`` (+ ``labels``).
 
         Args:
-            images: a PIL image, numpy array or torch tensor, or a batch of them.
+            images: a PIL image, numpy array or torch tensor, or a batch of them, read as
+                :mod:`hf_xcv.processing.input_policy` says (floats in [0, 1] are never rescaled twice; 16-bit
+                images are scaled to 8 bits' range).
             annotations: one dict per image, a single dict for a single image: COCO's ``{"image_id",
                 "annotations": [{"bbox", "category_id", ...}]}`` or a Hub detection dataset row's ``{"image_id",
                 "objects": {"bbox": [...], "category": [...], ...}}`` (boxes ``[x, y, width, height]`` in pixels,
@@ -557,9 +560,12 @@ class DetectionImageProcessor(RemoteCodeMixin, PilBackend):
             that a crop leaves empty, with their labels, areas and crowd flags; the image is always kept.
         """
         settings = self._call_settings(kwargs)
-        to_rgb = bool(settings["do_convert_rgb"])
-        data_format = getattr(settings["input_data_format"], "value", settings["input_data_format"])
-        arrays = prepare_images(images, to_rgb=to_rgb, data_format=data_format)
+        arrays = read_images(
+            images,
+            to_rgb=bool(settings["do_convert_rgb"]),
+            data_format=settings["input_data_format"],
+            rescale=bool(settings["do_rescale"]),
+        )
         annotations = self._annotations_per_image(annotations, len(arrays))
         rng = as_generator(generator, "numpy") if settings["do_augment"] else None
         pixels, targets = [], []
@@ -612,9 +618,10 @@ class DetectionImageProcessor(RemoteCodeMixin, PilBackend):
         else:
             target = coco_target(annotation, image_size, index, settings["num_labels"])
         if settings["do_augment"]:
-            image, target = self._augment(image, target, rng, settings)
+            image, target = self._augment(image, target, rng, settings, index)
         elif settings["do_resize"]:
             new_size = output_size(image_size, settings["size"], settings["resize_rounding"])
+            check_resized_size(image_size, new_size, size_setting(settings["size"]), f"image {index}")
             image, target = self._resize_pair(image, target, new_size, settings["resample"])
         if settings["do_rescale"]:
             image = self.rescale(image, settings["rescale_factor"])
@@ -629,7 +636,7 @@ class DetectionImageProcessor(RemoteCodeMixin, PilBackend):
         self, image: np.ndarray, target: dict, new_size: tuple[int, int], resample: Any
     ) -> tuple[np.ndarray, dict]:
         old_size = image.shape[-2:]
-        image = self.resize(image, SizeDict(height=new_size[0], width=new_size[1]), resample=resample)
+        image = resize_image(image, new_size, resample)  # transformers' pixels for uint8, float images unquantized
         return image, resize_target(target, old_size, new_size)
 
     def _random_resize(
@@ -641,12 +648,18 @@ class DetectionImageProcessor(RemoteCodeMixin, PilBackend):
         max_size: int | None,
         resample: Any,
         rounding: str = "original",
+        what: str = "",
     ) -> tuple[np.ndarray, dict]:
         scale = int(scales[int(rng.integers(len(scales)))])
         new_size = size_with_aspect_ratio(image.shape[-2:], scale, max_size, rounding)
+        cap = f" and longest edge {max_size}" if max_size is not None else ""
+        setting = f"the augmentation's shortest edge {scale}{cap}"
+        check_resized_size(image.shape[-2:], new_size, setting, what or "an image")
         return self._resize_pair(image, target, new_size, resample)
 
-    def _augment(self, image: np.ndarray, target: dict, rng: np.random.Generator, s: dict) -> tuple[np.ndarray, dict]:
+    def _augment(
+        self, image: np.ndarray, target: dict, rng: np.random.Generator, s: dict, index: int = 0
+    ) -> tuple[np.ndarray, dict]:
         """The original DETR training transform: flip, then either a multi-scale resize, or a resize, a random
         size crop and a multi-scale resize (each with probability 0.5)."""
         if rng.random() < s["augment_flip_prob"]:
@@ -657,12 +670,15 @@ class DetectionImageProcessor(RemoteCodeMixin, PilBackend):
             s["resample"],
             s["resize_rounding"],
         )
+        what = f"image {index}"
         if rng.random() < 0.5:
-            return self._random_resize(image, target, rng, scales, max_size, resample, rounding)
-        image, target = self._random_resize(image, target, rng, s["augment_crop_scales"], None, resample, rounding)
+            return self._random_resize(image, target, rng, scales, max_size, resample, rounding, what)
+        image, target = self._random_resize(
+            image, target, rng, s["augment_crop_scales"], None, resample, rounding, what
+        )
         low, high = s["augment_crop_size"]
         image, target = crop(image, target, random_size_crop_region(image.shape[-2:], low, high, rng))
-        return self._random_resize(image, target, rng, scales, max_size, resample, rounding)
+        return self._random_resize(image, target, rng, scales, max_size, resample, rounding, what)
 
     def _batch(
         self, pixels: list[np.ndarray], targets: list[dict] | None, settings: dict, return_tensors: str | None
