@@ -69,11 +69,11 @@ class IPTImageProcessor(FixedPipelineProcessor):
     Args (also accepted per call):
         rgb_range: the value 255 maps to (255, the default, as the official models; 1 for models trained on
             [0, 1]).
-        do_convert_rgb: grayscale, palette and RGBA images become RGB (as PIL's ``convert("RGB")``).
+        do_convert_rgb: grayscale, palette and RGBA images become RGB (alpha composited on white).
 
-    Images: PIL images, numpy arrays (HW, HWC or CHW) or torch tensors, uint8 0-255 or float 0-1 (rounded to 8 bits,
-    as the official code reads 8-bit images), one or a batch of one size. 16-bit PIL images are refused (RGB
-    conversion would clip them): pass them as floats in [0, 1].
+    Images: PIL images, numpy arrays (HW, HWC or CHW) or torch tensors, read as every processor reads them
+    (:mod:`hf_xcv.processing.input_policy`: uint8 0-255, floats in [0, 1] or 0-255 levels, 16-bit scaled, alpha on
+    white), then rounded to 8 bits as the original reads images; one or a batch of one size.
     """
 
     valid_kwargs = IPTImageProcessorKwargs

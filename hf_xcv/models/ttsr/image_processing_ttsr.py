@@ -64,10 +64,11 @@ class TTSRImageProcessor(FixedPipelineProcessor):
             canvas, as the original training batches are (160 x 160), so that references of different sizes batch
             together; a reference larger than that is an error. ``None`` (default): each reference at its own size
             (references of one batch must then share it).
-        do_convert_rgb: grayscale, palette and RGBA images become RGB (as PIL's ``convert("RGB")``).
+        do_convert_rgb: grayscale, palette and RGBA images become RGB (alpha composited on white).
 
-    Images: PIL images, numpy arrays (HW, HWC or CHW) or torch tensors, uint8 0-255 or float 0-1 (rounded to 8 bits,
-    as the original reads images), one or a batch; one reference may serve a whole batch.
+    Images: PIL images, numpy arrays (HW, HWC or CHW) or torch tensors, read as every processor reads them
+    (:mod:`hf_xcv.processing.input_policy`: uint8 0-255, floats in [0, 1] or 0-255 levels, 16-bit scaled, alpha on
+    white), then rounded to 8 bits as the original reads images; one or a batch; one reference may serve a whole batch.
     """
 
     valid_kwargs = TTSRImageProcessorKwargs
