@@ -20,8 +20,12 @@ class XcvSwinImageProcessor(ClassificationImageProcessor):
     ``image_mean``, ...) and ``crop_pct``: when set, the resize target is the short side
     ``int(crop_size / crop_pct)`` and ``size`` is derived from it. The inputs are coerced as by every hf_xcv
     classifier's processor (PIL / numpy / torch, gray and RGBA to RGB).
+
+    An integer ``size`` is the short side (``size=256`` is ``{"shortest_edge": 256}``), as transformers' processors
+    with this transform read it (``ConvNextImageProcessor``'s ``crop_pct`` pipeline); ViT's reads it as a square.
     """
 
+    default_to_square = False  # how an integer size is read: the short side
     resample = PILImageResampling.BICUBIC
     image_mean = IMAGENET_DEFAULT_MEAN
     image_std = IMAGENET_DEFAULT_STD
