@@ -168,8 +168,16 @@ def _as_4d(x: torch.Tensor | None) -> torch.Tensor | None:
 
 
 def _fits(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
-    """Whether a 4-D ``shape`` broadcasts to ``target`` (every size 1 or the target's)."""
-    return len(shape) == len(target) and all(size in (1, want) for size, want in zip(shape, target))
+    """Whether a 4-D ``shape`` broadcasts to ``target`` (every size 1 or the target's).
+
+    Under torch.compile with dynamic sizes two equal sizes may be written as expressions the tracer cannot prove
+    equal (Swin's windows per image: ceil(H / 2 / 2) and H // 4); there the check is left to the operation that
+    broadcasts, which fails at run time on a real mismatch."""
+    if len(shape) != len(target):
+        return False
+    if torch.compiler.is_compiling():
+        return True
+    return all(size in (1, want) for size, want in zip(shape, target))
 
 
 class AttentionCore(nn.Module):

@@ -479,3 +479,19 @@ def test_swin_compiles_into_one_graph_at_any_size():
         x = pixels(*size)
         with torch.no_grad():
             assert torch.equal(compiled(pixel_values=x).logits, model(pixel_values=x).logits)
+
+
+def test_swin_traces_its_loss_with_dynamic_sizes_after_another_size():
+    """Once dynamo has seen two sizes it traces the next Swin with symbolic sizes, where the windows per image are
+    written two ways (ceil(H / 2 / 2) and H // 4): the attention's input checks must not refuse what they cannot
+    prove equal (a failure seen only when this ran after another compile in one process)."""
+    torch._dynamo.reset()
+    first = hf_xcv.SwinForImageClassification(hf_xcv.preset_config("swin-test-tiny", num_labels=3)).eval()
+    compiled = torch.compile(first, fullgraph=True, backend="eager")
+    with torch.no_grad():
+        for size in [(16, 16), (18, 22)]:
+            compiled(pixel_values=pixels(*size))
+    model = hf_xcv.SwinForImageClassification(hf_xcv.preset_config("swin-test-tiny", num_labels=3)).eval()
+    x, labels = pixels(16, 16).expand(2, -1, -1, -1), torch.tensor([0, 2])
+    loss = torch.compile(model, fullgraph=True, backend="eager")(pixel_values=x, labels=labels).loss
+    torch.testing.assert_close(loss, model(pixel_values=x, labels=labels).loss)
