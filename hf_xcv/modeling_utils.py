@@ -272,8 +272,27 @@ class XcvPreTrainedModel(PreTrainedModel):
     def classification_loss(self, labels: torch.Tensor, logits: torch.Tensor, **loss_kwargs: Any) -> torch.Tensor:
         """The loss of a classification head (transformers' ``loss_function``: cross-entropy, binary cross-entropy
         or MSE by ``config.problem_type``), after class-index labels are checked to lie in [0, num_labels) (-100,
-        which cross-entropy ignores, allowed): every classification head computes its loss here."""
+        which cross-entropy ignores, allowed): every classification head computes its loss here.
+
+        Soft targets (Mixup / CutMix, :class:`hf_xcv.data.MixupCutmix`): with ``config.problem_type ==
+        "single_label_classification"``, floating labels of shape (B, num_labels) are class probabilities and the
+        loss is the cross-entropy against them, :func:`hf_xcv.losses.soft_target_cross_entropy`, with the matrix
+        taken as it is (the mixer smoothed it; no config here has a label smoothing). Class ids are unchanged. With
+        ``problem_type`` None such a matrix keeps transformers' meaning, multi-hot targets of a binary
+        cross-entropy: set ``problem_type="single_label_classification"`` to train on soft targets.
+        ``num_items_in_batch`` (Trainer's count of label entries: num_labels per row of a matrix) divides the
+        summed loss by the rows it counts, as it does for class ids."""
         config = self.config
+        if config.problem_type == "single_label_classification" and labels.is_floating_point() and labels.dim() == 2:
+            from .losses.soft_target import soft_target_cross_entropy
+
+            labels = labels.to(logits.device)
+            count = loss_kwargs.get("num_items_in_batch")
+            if count is None:
+                return soft_target_cross_entropy(logits, labels)
+            if isinstance(count, torch.Tensor):
+                count = count.to(logits.device)
+            return soft_target_cross_entropy(logits, labels, reduction="sum") / (count / config.num_labels)
         if config.problem_type is None:  # transformers' rule for the loss it picks
             class_indices = config.num_labels > 1 and labels.dtype in (torch.long, torch.int)
         else:

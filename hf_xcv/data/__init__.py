@@ -1,6 +1,16 @@
 """Built-in datasets and the collators that turn them into batches."""
 
 from ..processing.restoration import mod_crop
+from .augment import (
+    ImageClassificationEvalTransform,
+    ImageClassificationTrainTransform,
+    RandAugment,
+    RandomErasing,
+    RandomHorizontalFlip,
+    RandomResizedCrop,
+    image_classification_eval_transform,
+    image_classification_train_transform,
+)
 from .coco import (
     find_split,
     load_coco_detection,
@@ -19,6 +29,7 @@ from .image_classification import (
     image_classification_transform,
     random_shift,
 )
+from .mixup import MixDraw, MixupCutmix, MixupCutmixCollator
 from .photos import (
     load_photo,
     load_photos_dataset,
@@ -39,6 +50,15 @@ from .translation import load_number_translation_dataset, tokenize_translation_b
 __all__ = [
     "DIGIT_NAMES",
     "ImageClassificationCollator",
+    "ImageClassificationEvalTransform",
+    "ImageClassificationTrainTransform",
+    "RandAugment",
+    "RandomErasing",
+    "RandomHorizontalFlip",
+    "RandomResizedCrop",
+    "MixDraw",
+    "MixupCutmix",
+    "MixupCutmixCollator",
     "SHAPE_CATEGORIES",
     "check_classification_dataset",
     "check_detection_dataset",
@@ -48,6 +68,8 @@ __all__ = [
     "detection_transform",
     "encode_labels",
     "find_split",
+    "image_classification_eval_transform",
+    "image_classification_train_transform",
     "image_classification_transform",
     "load_coco_detection",
     "load_coco_split",

@@ -32,6 +32,7 @@ from .perceptual import (
     wgan_generator_loss,
 )
 from .reconstruction import RECONSTRUCTION_KINDS, reconstruction_loss
+from .soft_target import soft_target_cross_entropy
 from .targets import check_targets
 
 __all__ = [
@@ -62,6 +63,7 @@ __all__ = [
     "perceptual_loss",
     "reconstruction_loss",
     "sigmoid_focal_loss",
+    "soft_target_cross_entropy",
     "supervised_contrastive_loss",
     "texture_loss",
     "transferal_perceptual_loss",
