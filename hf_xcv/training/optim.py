@@ -11,16 +11,17 @@ from torch import nn
 NO_WEIGHT_DECAY = ("cls_token", "position_embeddings", "relative_position_bias_table")
 
 
-def decays(name: str, param: nn.Parameter) -> bool:
-    """Whether the recipes decay this parameter: not biases, norms (1-D), tokens, positions or bias tables."""
-    return param.ndim > 1 and not name.endswith(NO_WEIGHT_DECAY)
+def decays(name: str, param: nn.Parameter, no_weight_decay: tuple[str, ...] = NO_WEIGHT_DECAY) -> bool:
+    """Whether the recipes decay this parameter: not biases, norms (1-D), nor a name ending in one of
+    ``no_weight_decay`` (tokens, positions, bias tables)."""
+    return param.ndim > 1 and not name.endswith(tuple(no_weight_decay))
 
 
 def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
     """Two AdamW groups of the trainable parameters: with ``weight_decay`` and without (see :func:`decays`).
 
     With transformers' Trainer: ``Trainer(..., optimizers=(torch.optim.AdamW(parameter_groups(model, 0.05),
-    lr=...), None))``.
+    lr=...), None))``. With layer-wise learning-rate decay as well: :func:`~.layer_decay.layer_decay_parameter_groups`.
     """
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     return [

@@ -71,10 +71,12 @@ from .checkpointing import (
     write_final_staging,
     write_text_atomic,
 )
+from .ema import ModelEma, mark_weights
 from .hub import push_folder_to_hub
 from .schedules import get_noam_schedule
 
 FINAL_STAGING = ".final-staging"
+RAW_WEIGHTS_DIR = "raw_weights"  # the final folder's raw weights, beside the EMA ones (--model_ema)
 MIXED_PRECISIONS = ("no", "fp16", "bf16")
 
 
@@ -107,6 +109,18 @@ class RunArguments:
     stop_after_steps: int | None = field(
         default=None, metadata={"help": "stop after N steps as an interrupted run would (no final save)"}
     )
+    model_ema: bool = field(
+        default=False,
+        metadata={
+            "help": "keep an exponential moving average of the weights (timm's ModelEmaV3), updated after every "
+            "optimizer step and checkpointed; scored and saved as the final model, the raw weights in "
+            f"{RAW_WEIGHTS_DIR}/"
+        },
+    )
+    model_ema_decay: float = field(default=0.9998, metadata={"help": "the EMA's decay (timm's default)"})
+    model_ema_warmup: bool = field(
+        default=False, metadata={"help": "ramp the EMA's decay up as 1 - (1 + step) ** (-2/3) (timm's warm-up)"}
+    )
     use_cpu: bool = field(default=False, metadata={"help": "train on the CPU even where a GPU is present"})
     disable_tqdm: bool = False
     push_to_hub: bool = False
@@ -136,6 +150,8 @@ class RunArguments:
             value = getattr(self, name, None)
             if value is not None and not value >= 0:
                 raise UsageError(f"--{name} must be a number >= 0, got {value}")
+        if self.model_ema_decay is not None and not 0.0 <= self.model_ema_decay <= 1.0:
+            raise UsageError(f"--model_ema_decay must lie in [0, 1], got {self.model_ema_decay}")
 
 
 @dataclass
@@ -149,6 +165,7 @@ class LoopParts:
     train_dl: DataLoader
     ckpt: CheckpointManager
     total_steps: int
+    ema: ModelEma | None = None  # --model_ema: the average of the weights (see :func:`track_ema`)
 
 
 def has_accelerator_device() -> bool:
@@ -387,9 +404,46 @@ def prepare_loop(
         # transformers' generate then keeps every process decoding until all are done (synced_gpus): each step
         # gathers the shards of every process, so one that stopped early would leave the others waiting
         accelerator.unwrap_model(model)._is_fsdp_managed_module = True
+    mark_weights(accelerator.unwrap_model(model), None)  # trained from here: no longer a checkpoint's EMA weights
     ckpt = CheckpointManager(out, accelerator, args.checkpoints_total_limit)
-    parts = LoopParts(accelerator, model, optimizer, scheduler, loaders[0], ckpt, total_steps)
+    ema = track_ema(accelerator, model, args) if args.model_ema else None
+    parts = LoopParts(accelerator, model, optimizer, scheduler, loaders[0], ckpt, total_steps, ema)
     return parts, resume_state(ckpt, args), loaders[1:]
+
+
+def track_ema(accelerator: Accelerator, model: torch.nn.Module, args: RunArguments) -> ModelEma:
+    """The EMA of the prepared ``model``'s weights (``--model_ema``; under FSDP2 of its shards), saved into every
+    checkpoint as ``ema.safetensors`` and restored from it on resume (accelerate's save / load hooks), bit for bit.
+
+    A checkpoint without one (a run resumed with ``--model_ema`` added, ``--allow_changed_args``) restarts the
+    average from the resumed weights at the next step."""
+    ema = ModelEma(accelerator.unwrap_model(model), decay=args.model_ema_decay, use_warmup=args.model_ema_warmup)
+
+    def save(_models: Any, _weights: Any, folder: str) -> None:
+        ema.save(folder, main_process=accelerator.is_main_process)
+
+    def load(_models: Any, folder: str) -> None:
+        try:
+            ema.load(folder)
+        except FileNotFoundError as missing:
+            accelerator.print(f"{missing}; the EMA restarts from the resumed weights")
+            ema.restart()
+
+    accelerator.register_save_state_pre_hook(save)
+    accelerator.register_load_state_pre_hook(load)
+    return ema
+
+
+@contextlib.contextmanager
+def ema_weights(parts: LoopParts, lazily: bool = False) -> Iterator[None]:
+    """Within: the prepared model holds the EMA weights where the run keeps them (``--model_ema``; else nothing
+    changes). ``lazily``: from its first forward pass only (see :meth:`~.ema.ModelEma.swapped_in`); under FSDP2
+    enter it inside :func:`unsharded`."""
+    if parts.ema is None:
+        yield
+        return
+    with parts.ema.swapped_in(parts.accelerator.unwrap_model(parts.model), lazily=lazily):
+        yield
 
 
 def choose_shard_units(plugin: FullyShardedDataParallelPlugin, model: torch.nn.Module) -> None:
@@ -520,7 +574,8 @@ def train_loop(
     Args:
         loss_of: batch -> loss (the task's forward pass; random draws in it replay exactly on resume).
         report: called after every optimizer step with the state and whether an epoch just ended (evaluation);
-            the model is put back in training mode afterwards.
+            the model is put back in training mode afterwards. With ``--model_ema`` it runs the model with the EMA
+            weights (swapped in at its first forward pass, and out afterwards).
 
     Returns:
         The state it ended in and whether ``--stop_after_steps`` stopped it.
@@ -545,6 +600,8 @@ def train_loop(
             if not acc.sync_gradients:
                 continue
             state.completed_steps += 1
+            if parts.ema is not None:
+                parts.ema.update(acc.unwrap_model(model), state.completed_steps)
             log.step(state.completed_steps, parts.optimizer.param_groups[0]["lr"])
             progress.update(1)
             progress.set_postfix(loss=f"{loss.item():.4f}", epoch=state.epoch)
@@ -552,7 +609,7 @@ def train_loop(
             if epoch_ended:
                 state.epoch, state.batches_in_epoch = state.epoch + 1, 0
             if report is not None:
-                with unsharded(acc, model):
+                with unsharded(acc, model), ema_weights(parts, lazily=True):
                     report(state, epoch_ended)
                 model.train()
             if state.completed_steps % args.checkpointing_steps == 0:
@@ -577,9 +634,17 @@ def card_hyperparameters(args: RunArguments, results: dict[str, Any], left_out: 
     by_steps = bool(args.max_train_steps)  # count_total_steps' rule
     skipped = ("output_dir", "hub_model_id", "push_to_hub", "num_train_epochs" if by_steps else "max_train_steps")
     skipped += ("allow_changed_args",)
+    if not getattr(args, "model_ema", False):
+        skipped += ("model_ema", "model_ema_decay", "model_ema_warmup")
     hyper = {k: v for k, v in asdict(args).items() if k not in (*skipped, *left_out)}
     hyper |= {key: results[key] for key in ("completed_steps", "epochs") if key in results}
     hyper["world_size"] = results["world_size"]
+    if results.get("ema_weights"):
+        ema = results["ema_weights"]
+        hyper["weights"] = (
+            f"EMA of the weights (decay {ema['decay']}{', warm-up' if ema['use_warmup'] else ''}, "
+            f"{ema['updates']} updates); the raw weights in {RAW_WEIGHTS_DIR}/"
+        )
     if results.get("changed_args"):  # what resumes changed, at which step (the values above are the last ones)
         hyper["changed_on_resume"] = "; ".join(
             f"from step {change['step']}: {describe_changes(change['changed'])}" for change in results["changed_args"]
@@ -731,26 +796,48 @@ def save_final(
     out: Path,
     results: dict[str, Any],
     card_for: Callable[[Any], ModelCard],
+    ema: ModelEma | None = None,
 ) -> None:
     """Model, ``components`` (processor, tokenizer), model card and results into ``out``: written to a staging folder
     and flushed to the disk, then moved in with the results file last (:func:`~.checkpointing.commit_final`), so a
     kill at any moment leaves a finished folder or an unfinished run that resumes. A full disk raises
     :class:`~.checkpointing.DiskFullError` before anything is moved. ``card_for`` builds the card from the whole model
-    (:func:`full_model`). Every process calls it; the main process writes."""
-    unwrapped = full_model(accelerator, model)  # every process: under FSDP each sends its shards
+    (:func:`full_model`). Every process calls it; the main process writes.
+
+    With ``ema`` (``--model_ema``) the model saved is the EMA of the weights, its ``config.json`` recording it
+    (``ema_weights``: decay, warm-up, updates; see :mod:`.ema`), and the raw weights go into ``raw_weights/`` (with
+    their config, without that record): ``from_pretrained(out, subfolder="raw_weights")`` loads them."""
+    raw = _whole_weights(accelerator, model) if ema is not None else None  # every process: FSDP gathers
+    with ema.swapped_in(accelerator.unwrap_model(model)) if ema is not None else contextlib.nullcontext():
+        unwrapped = full_model(accelerator, model)  # every process: under FSDP each sends its shards
+        if not accelerator.is_main_process:
+            return
+
+        def write(staging: Path) -> None:
+            if raw is not None:
+                unwrapped.save_pretrained(staging / RAW_WEIGHTS_DIR, state_dict=dict(raw))
+            mark_weights(unwrapped, ema)
+            try:
+                unwrapped.save_pretrained(staging)
+                for component in components:
+                    component.save_pretrained(staging)
+                write_model_card(card_for(unwrapped), staging)
+            finally:
+                mark_weights(unwrapped, None)
+            (staging / FINAL_RESULTS).write_text(json.dumps(results, indent=2))
+
+        staging = out / FINAL_STAGING
+        write_final_staging(staging, write)
+        commit_final(staging, out)
+
+
+def _whole_weights(accelerator: Accelerator, model: torch.nn.Module) -> dict[str, torch.Tensor] | None:
+    """The prepared ``model``'s state dict, whole, copied to the main process's CPU (None on the others); every
+    process must call it."""
+    weights = accelerator.get_state_dict(model)  # under FSDP2 gathered anew; else the live tensors
     if not accelerator.is_main_process:
-        return
-
-    def write(staging: Path) -> None:
-        unwrapped.save_pretrained(staging)
-        for component in components:
-            component.save_pretrained(staging)
-        write_model_card(card_for(unwrapped), staging)
-        (staging / FINAL_RESULTS).write_text(json.dumps(results, indent=2))
-
-    staging = out / FINAL_STAGING
-    write_final_staging(staging, write)
-    commit_final(staging, out)
+        return None
+    return {name: tensor.detach().to("cpu", copy=True) for name, tensor in weights.items()}
 
 
 def finish(
@@ -773,11 +860,17 @@ def finish(
 
     Returns:
         ``results``: each split's scores, ``world_size``, ``completed_steps`` and ``epochs`` (the epochs run, a
-        fraction where the steps ended one part-way; also in all_results.json).
+        fraction where the steps ended one part-way; also in all_results.json). With ``--model_ema`` the splits'
+        scores are those of the EMA weights (the model saved), ``ema_weights`` its settings and updates, and
+        ``raw_weights`` the scores of the raw weights (saved in ``raw_weights/``).
     """
     acc, out = parts.accelerator, Path(args.output_dir)
-    with unsharded(acc, parts.model):
+    with ema_weights(parts), unsharded(acc, parts.model):
         results = {split: score() for split, score in scores.items()}
+    if parts.ema is not None:
+        with unsharded(acc, parts.model):
+            raw_results = {split: score() for split, score in scores.items()}
+        results |= {"ema_weights": parts.ema.describe(), "raw_weights": raw_results}
     epochs = state.epoch + state.batches_in_epoch / len(parts.train_dl)
     results |= {"world_size": acc.num_processes, "completed_steps": state.completed_steps, "epochs": round(epochs, 4)}
     if data_report:
@@ -786,7 +879,8 @@ def finish(
     if changes:
         results["changed_args"] = changes
     acc.print(json.dumps(results, indent=2, ensure_ascii=False))
-    save_final(acc, parts.model, components, out, results, lambda model: card_for(model, results=results))
+    card = lambda model: card_for(model, results=results)  # noqa: E731
+    save_final(acc, parts.model, components, out, results, card, ema=parts.ema)
     acc.wait_for_everyone()
     if args.push_to_hub and acc.is_main_process:
         url = push_folder_to_hub(out, args.hub_model_id or out.name, private=args.hub_private)
