@@ -16,6 +16,7 @@ model card with the measured results) is ready for the Hub; ``--push_to_hub`` up
 from __future__ import annotations
 
 import functools
+import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -40,11 +41,14 @@ from hf_xcv.data import (
     load_digits_dataset,
     random_shift,
 )
+from hf_xcv.data.augment import RandomErasing, image_classification_train_transform
 from hf_xcv.data.checks import DataReport, card_line
 from hf_xcv.data.image_classification import DROP_OPTION
+from hf_xcv.data.mixup import MixupCutmix
 from hf_xcv.layers import to_pair
 from hf_xcv.metrics import Accuracy, TopKAccuracy
-from hf_xcv.training import TEMPLATES, TrainerState, parameter_groups, runner
+from hf_xcv.training import TEMPLATES, TrainerState, layer_decay_parameter_groups, parameter_groups, runner
+from hf_xcv.training.recipes import RECIPES, ClassificationRecipe, get_recipe
 
 from ..utils.errors import UsageError
 
@@ -90,6 +94,26 @@ class DataArguments:
     train_test_split: float | None = field(
         default=None, metadata={"help": "hold out this fraction of train as the test split (stratified, seeded)"}
     )
+    rand_augment: str | None = field(
+        default=None, metadata={"help": "RandAugment as timm's config string, e.g. rand-m9-mstd0.5-inc1 ('none': off)"}
+    )
+    crop_scale_min: float | None = field(
+        default=None,
+        metadata={"help": "random resized crop to the model's size with area in [this, 1] (0.08 in the recipes)"},
+    )
+    hflip: float | None = field(
+        default=None, metadata={"help": "probability of a horizontal flip (0.5 in the recipes)"}
+    )
+    random_erasing: float | None = field(
+        default=None, metadata={"help": "probability of erasing a box with per-pixel noise (0.25 in the recipes)"}
+    )
+    mixup_alpha: float | None = field(default=None, metadata={"help": "Mixup's Beta(alpha, alpha) (0.8; 0: off)"})
+    cutmix_alpha: float | None = field(default=None, metadata={"help": "CutMix's Beta(alpha, alpha) (1.0; 0: off)"})
+    mix_prob: float | None = field(default=None, metadata={"help": "probability that a batch is mixed (1.0)"})
+    mix_switch_prob: float | None = field(
+        default=None, metadata={"help": "probability of CutMix rather than Mixup when both are on (0.5)"}
+    )
+    label_smoothing: float | None = field(default=None, metadata={"help": "label smoothing of the targets (0.1)"})
     drop_invalid_images: bool = field(
         default=False,
         metadata={
@@ -104,6 +128,74 @@ class TrainArguments(runner.RunArguments):
     weight_decay: float = 0.05
     warmup_ratio: float = 0.1
     eval_every_epochs: int = 25
+    recipe: str | None = field(
+        default=None,
+        metadata={
+            "help": f"a paper's training recipe, {sorted(RECIPES)} (hf_xcv.training.recipes): sets every option it "
+            "names that the command line does not"
+        },
+    )
+    layer_decay: float | None = field(
+        default=None, metadata={"help": "layer-wise learning-rate decay (0.75 in the finetune recipe; None: off)"}
+    )
+    drop_path_rate: float | None = field(
+        default=None, metadata={"help": "stochastic depth of the model (a config field; set by a recipe)"}
+    )
+
+
+# Where a recipe's options live: the data arguments hold the augmentation, the training arguments the rest.
+DATA_OPTIONS = ("rand_augment", "crop_scale_min", "hflip", "random_erasing", "mixup_alpha", "cutmix_alpha",
+                "mix_prob", "mix_switch_prob", "label_smoothing")  # fmt: skip
+
+
+PLAIN = {
+    "hflip": 0.0,
+    "random_erasing": 0.0,
+    "mixup_alpha": 0.0,
+    "cutmix_alpha": 0.0,
+    "mix_prob": 1.0,
+    "mix_switch_prob": 0.5,
+    "label_smoothing": 0.0,
+}  # fmt: skip  (without a recipe; crop_scale_min None: no crop)
+
+
+def recipe_fields(data_args: DataArguments, args: TrainArguments) -> dict[str, Any]:
+    """The config fields the training asks for: ``--drop_path_rate``, and a single-label problem type when the
+    targets are soft (Mixup / CutMix / label smoothing: the loss is then the soft-target cross-entropy)."""
+    fields: dict[str, Any] = {}
+    if args.drop_path_rate is not None:
+        fields["drop_path_rate"] = args.drop_path_rate
+    if data_args.mixup_alpha or data_args.cutmix_alpha or data_args.label_smoothing:
+        fields["problem_type"] = "single_label_classification"
+    return fields
+
+
+def given_options(argv: list[str]) -> set[str]:
+    """The options the command line sets itself (``--name value`` or ``--name=value``)."""
+    return {arg[2:].split("=", 1)[0] for arg in argv if arg.startswith("--")}
+
+
+def apply_recipe(argv: list[str], data_args: DataArguments, args: TrainArguments) -> ClassificationRecipe | None:
+    """``--recipe``: every option of the recipe the command line does not set takes the recipe's value (the learning
+    rate scaled to the total batch: per-device batch x processes x accumulation). Then options still unset are
+    off (no RandAugment, crop, erasing, mixing or smoothing: the script's plain training)."""
+    recipe = get_recipe(args.recipe) if args.recipe else None
+    if recipe is not None:
+        world = int(os.environ.get("WORLD_SIZE", "1"))
+        total_batch = args.per_device_train_batch_size * world * args.gradient_accumulation_steps
+        given = given_options(argv)
+        for name, value in recipe.options(total_batch).items():
+            if name in given:
+                continue
+            setattr(data_args if name in DATA_OPTIONS else args, name, value)
+        if "max_shift" not in given:
+            data_args.max_shift = 0  # the random resized crop replaces the plain shift
+    if data_args.rand_augment in ("none", ""):
+        data_args.rand_augment = None
+    for name, value in PLAIN.items():
+        if getattr(data_args, name) is None:
+            setattr(data_args, name, value)
+    return recipe
 
 
 def parse_args(argv: list[str] | None = None) -> tuple[ModelArguments, DataArguments, TrainArguments]:
@@ -174,8 +266,12 @@ def family_of(args: ModelArguments) -> Any:
     return entries[model_type]
 
 
-def build_model_and_processor(args: ModelArguments, labels: list[str]) -> tuple[torch.nn.Module, Any]:
-    """A fresh model from a preset, or a checkpoint with a new head for ``labels``; and its processor."""
+def build_model_and_processor(
+    args: ModelArguments, labels: list[str], recipe_fields: dict[str, Any] | None = None
+) -> tuple[torch.nn.Module, Any]:
+    """A fresh model from a preset, or a checkpoint with a new head for ``labels``; and its processor.
+    ``recipe_fields``: config fields the training sets (stochastic depth, soft-target loss), under
+    ``--config_overrides``."""
     if args.model_name_or_path and args.preset:
         raise UsageError("pass either --preset or --model_name_or_path, not both")
     id2label = dict(enumerate(labels))
@@ -186,6 +282,7 @@ def build_model_and_processor(args: ModelArguments, labels: list[str]) -> tuple[
     }
     if args.attention_type:
         overrides["attention_type"] = args.attention_type
+    overrides.update(recipe_fields or {})
     overrides.update(runner.parse_overrides(args.config_overrides))
     entry = family_of(args)
     check_known_fields(entry.config, overrides)
@@ -204,22 +301,62 @@ def build_model_and_processor(args: ModelArguments, labels: list[str]) -> tuple[
     return classifier(config), entry.image_processor.for_image_size(to_pair(config.image_size))
 
 
+class EpochSeeded(torch.utils.data.Dataset):
+    """The train split under a recipe's transform, each sample's draws seeded by (seed, epoch, index): the loop's
+    ``set_epoch`` (accelerate passes it to the dataset) moves every sample to its next epoch's augmentation, and a
+    resumed run, which skips batches without loading them, augments every later sample as the uninterrupted run."""
+
+    INDEX = "__index__"
+
+    def __init__(self, split: Any, transform: Any) -> None:
+        self.transform = transform
+        self.split = split.add_column(self.INDEX, list(range(len(split)))).with_transform(transform)
+
+    def __len__(self) -> int:
+        return len(self.split)
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        return self.split[index]
+
+    def __getitems__(self, indices: list[int]) -> list[dict[str, Any]]:
+        return self.split.__getitems__(indices)
+
+    def set_epoch(self, epoch: int) -> None:
+        self.transform.set_epoch(epoch)
+
+
 def build_dataloaders(
     data: DatasetDict, processor: Any, data_args: DataArguments, args: TrainArguments, num_channels: int
 ) -> list[DataLoader]:
-    """Train, eval and test loaders of images with the model's channels, normalised for the model."""
+    """Train, eval and test loaders of images with the model's channels, normalised for the model; the train split
+    under the recipe's transform (random resized crop, flip, RandAugment) when one is asked for."""
     transform = image_classification_transform(
         processor, data_args.image_column, data_args.label_column, num_channels=num_channels
     )
-    splits = [data[split].with_transform(transform) for split in ("train", data_args.eval_split, data_args.test_split)]
+    train = data["train"].with_transform(transform)
+    if data_args.crop_scale_min is not None or data_args.rand_augment or data_args.hflip:
+        augment = image_classification_train_transform(
+            processor, data_args.image_column, data_args.label_column, num_channels,
+            scale=(data_args.crop_scale_min if data_args.crop_scale_min is not None else 1.0, 1.0),
+            ratio=(3 / 4, 4 / 3) if data_args.crop_scale_min is not None else (1.0, 1.0),
+            hflip=data_args.hflip, auto_augment=data_args.rand_augment, re_prob=0.0,  # erasing: in the loss
+            seed=args.seed, index_column=EpochSeeded.INDEX,
+        )  # fmt: skip
+        train = EpochSeeded(data["train"], augment)
+    splits = [train] + [data[split].with_transform(transform) for split in (data_args.eval_split, data_args.test_split)]
     return runner.build_dataloaders(splits, args, ImageClassificationCollator())
 
 
 def build_optimizer(
     model: torch.nn.Module, args: TrainArguments, total_steps: int
 ) -> tuple[torch.optim.Optimizer, Any]:
-    """AdamW without decay on biases, norms, [CLS], positions and relative bias tables; warm-up + schedule."""
-    optimizer = torch.optim.AdamW(parameter_groups(model, args.weight_decay), lr=args.learning_rate)
+    """AdamW without decay on biases, norms, [CLS], positions and relative bias tables (and with ``--layer_decay``,
+    each block's learning rate decayed by its depth); warm-up + schedule."""
+    if args.layer_decay:
+        groups = layer_decay_parameter_groups(model, args.learning_rate, args.weight_decay, args.layer_decay)
+    else:
+        groups = parameter_groups(model, args.weight_decay)
+    optimizer = torch.optim.AdamW(groups, lr=args.learning_rate)
     warmup_steps = int(args.warmup_ratio * total_steps)
     return optimizer, runner.build_scheduler(optimizer, args.lr_scheduler_type, warmup_steps, total_steps)
 
@@ -237,12 +374,31 @@ def reporter(
     return report
 
 
-def augmented_loss(model: torch.nn.Module, max_shift: int, fill: list[float]) -> Callable[[dict], torch.Tensor]:
-    """batch -> loss of the randomly shifted images (``fill``: a black pixel, normalised, per channel)."""
+def augmented_loss(
+    model: torch.nn.Module, data_args: DataArguments, fill: list[float], num_labels: int
+) -> Callable[[dict], torch.Tensor]:
+    """batch -> loss of the augmented batch: randomly shifted (``--max_shift``; ``fill``: a black pixel, normalised,
+    per channel), erased (``--random_erasing``), mixed (Mixup / CutMix) into soft targets with label smoothing.
+    Inside the loss, these draws come from the generator the loop reseeds before every batch: they replay on
+    resume."""
+    erase = RandomErasing(data_args.random_erasing) if data_args.random_erasing else None
+    mix = None
+    if data_args.mixup_alpha or data_args.cutmix_alpha:
+        mix = MixupCutmix(
+            num_labels, mixup_alpha=data_args.mixup_alpha, cutmix_alpha=data_args.cutmix_alpha,
+            prob=data_args.mix_prob, switch_prob=data_args.mix_switch_prob, label_smoothing=data_args.label_smoothing,
+        )  # fmt: skip
 
     def loss_of(batch: dict) -> torch.Tensor:
-        pixels = random_shift(batch["pixel_values"], max_shift, fill)
-        return model(pixel_values=pixels, labels=batch["labels"]).loss
+        pixels, labels = random_shift(batch["pixel_values"], data_args.max_shift, fill), batch["labels"]
+        if erase is not None:
+            pixels = erase(pixels)
+        if mix is not None:
+            pixels, labels = mix(pixels, labels)  # soft targets: the model's problem_type is single-label
+        elif data_args.label_smoothing:  # smoothed one-hot targets, as the mixer makes them
+            smoothing = data_args.label_smoothing
+            labels = torch.nn.functional.one_hot(labels, num_labels) * (1.0 - smoothing) + smoothing / num_labels
+        return model(pixel_values=pixels, labels=labels).loss
 
     return loss_of
 
@@ -272,25 +428,43 @@ def model_card(
     model_args: ModelArguments,
     data_args: DataArguments,
     argv: list[str],
+    recipe: ClassificationRecipe | None = None,
 ) -> ModelCard:
     split = data_args.test_split
     return runner.run_model_card(
         TEMPLATE, model, args, results, argv, task="image-classification", split=split,
         metrics={k: v for k, v in results[split].items() if k != "num_samples"}, dataset=data_args.dataset,
         built_in=("digits", "sklearn-digits"), base_model=model_args.model_name_or_path,
-        template_vars={"dropped": card_line(results.get("data"), DROP_OPTION)},
+        template_vars={"dropped": card_line(results.get("data"), DROP_OPTION),
+                       "recipe": recipe_line(recipe, data_args)},
     )  # fmt: skip
+
+
+def recipe_line(recipe: ClassificationRecipe | None, data_args: DataArguments) -> str:
+    """The card's sentence on the training recipe and the augmentation the run used ("" for the plain training)."""
+    parts = [f"RandAugment `{data_args.rand_augment}`"] if data_args.rand_augment else []
+    if data_args.crop_scale_min is not None:
+        parts.append(f"random resized crop (scale {data_args.crop_scale_min}-1)")
+    names = {"hflip": "horizontal flip", "random_erasing": "random erasing", "mixup_alpha": "Mixup",
+             "cutmix_alpha": "CutMix", "label_smoothing": "label smoothing"}  # fmt: skip
+    parts += [f"{label} {getattr(data_args, name)}" for name, label in names.items() if getattr(data_args, name)]
+    if recipe is None and not parts:
+        return ""
+    head = f"Trained with the `{recipe.name}` recipe ({recipe.source})" if recipe else "Trained with"
+    return head + (": " + ", ".join(parts) if parts else "") + "; the values of every option are below."
 
 
 @runner.distributed_main
 def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     argv = sys.argv[1:] if argv is None else argv
     model_args, data_args, args = parse_args(argv)
+    recipe = apply_recipe(argv, data_args, args)  # before the arguments are recorded: the run's values
     data = load_data(data_args, args.seed)  # before the run folder is claimed: a bad dataset leaves nothing behind
     data, data_report = check_data(data, data_args, not args.disable_tqdm)
     accelerator, out = runner.start_run(args, model=model_args, data=data_args)
     with runner.setting_up(accelerator, out):
-        model, processor = build_model_and_processor(model_args, data["train"].features[data_args.label_column].names)
+        labels = data["train"].features[data_args.label_column].names
+        model, processor = build_model_and_processor(model_args, labels, recipe_fields(data_args, args))
         loaders = build_dataloaders(data, processor, data_args, args, model.config.num_channels)
         parts, state, (eval_dl, test_dl) = runner.prepare_loop(
             accelerator, out, args, model, loaders, lambda model, total_steps: build_optimizer(model, args, total_steps)
@@ -298,14 +472,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     model = parts.model  # prepared by accelerate
     fill = [-m / s for m, s in zip(processor.image_mean, processor.image_std)]  # a black pixel, normalised
     report = reporter(accelerator, model, eval_dl, args.eval_every_epochs, data_args.eval_split)
-    state, stopped = runner.train_loop(parts, state, args, augmented_loss(model, data_args.max_shift, fill), report)
+    loss_of = augmented_loss(model, data_args, fill, len(labels))
+    state, stopped = runner.train_loop(parts, state, args, loss_of, report)
     if stopped:
         return None
     scores = {
         data_args.eval_split: functools.partial(evaluate_split, accelerator, model, eval_dl),
         data_args.test_split: functools.partial(evaluate_split, accelerator, model, test_dl),
     }
-    card_for = functools.partial(model_card, args=args, model_args=model_args, data_args=data_args, argv=argv)
+    card_for = functools.partial(
+        model_card, args=args, model_args=model_args, data_args=data_args, argv=argv, recipe=recipe
+    )
     dropped = data_report.as_dict(annotations=False) if data_args.drop_invalid_images else None
     return runner.finish(parts, state, args, scores, [processor], card_for, data_report=dropped)
 
