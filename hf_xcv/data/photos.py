@@ -36,6 +36,7 @@ from datasets import Dataset, DatasetDict, Features, Image, Value
 
 from ..processing.restoration import SCALE, check_scale, mod_crop
 from ..utils.errors import UsageError
+from .checks import DataProblem, refuse
 
 TRAIN_PHOTOS = (
     "astronaut", "hubble_deep_field", "immunohistochemistry",  # RGB
@@ -384,10 +385,19 @@ def _folder_split(folder: Path, missing_reference: str, scale: int) -> Dataset:
     if not images:
         raise UsageError(f"{folder / 'hr'} holds no images ({', '.join(IMAGE_EXTENSIONS)})")
     references = _images_by_stem(folder / "ref") if (folder / "ref").is_dir() else {}
-    orphans = sorted(set(references) - set(images))
-    if orphans:
-        raise UsageError(f"{references[orphans[0]]} has no HR image: no image named {orphans[0]!r} in {folder / 'hr'}")
-    return _columns([_pair(path, references.get(stem), missing_reference, scale) for stem, path in images.items()])
+    problems = [
+        DataProblem(folder.name, f"has no HR image: no image named {stem!r} in {folder / 'hr'}", -1,
+                    file=str(references[stem]))
+        for stem in sorted(set(references) - set(images))
+    ]  # fmt: skip
+    rows = []
+    for row, (stem, path) in enumerate(images.items()):  # every image read: every problem named at once
+        try:
+            rows.append(_pair(path, references.get(stem), missing_reference, scale))
+        except UsageError as error:
+            problems.append(DataProblem(folder.name, str(error), row, file=str(path)))
+    refuse(problems, str(folder.parent), None)
+    return _columns(rows)
 
 
 def _split_folders(root: Path, split: str) -> dict[str, Path]:

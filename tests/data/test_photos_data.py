@@ -19,6 +19,7 @@ from hf_xcv.data import (
     training_crops,
 )
 from hf_xcv.data.photos import EXCLUDED_PHOTOS, TEST_PHOTOS, TRAIN_PHOTOS, VALIDATION_PHOTOS
+from hf_xcv.utils.errors import UsageError
 
 CROP_NAME = re.compile(r"(?P<photo>\w+)/crop\d{3}_hr-y(?P<y>\d+)-x(?P<x>\d+)_ref-y(?P<ry>\d+)-x(?P<rx>\d+)")
 
@@ -262,7 +263,7 @@ def write_bad_layout(root, case: str) -> str:
         save(root / "hr" / "a.png", good)
         save(root / "ref" / "a.png", good)
         save(root / "ref" / "zebra.png", good)
-        return r"ref/zebra.png has no HR image: no image named 'zebra'"
+        return r"ref/zebra.png: has no HR image: no image named 'zebra'"
     if case == "unreadable":
         (root / "hr").mkdir()
         (root / "hr" / "broken.jpg").write_bytes(b"not a jpeg")
@@ -300,3 +301,20 @@ def test_folder_bad_options(tmp_path):
         load_restoration_folder(tmp_path, missing_reference="self")
     with pytest.raises(ValueError, match=r"too narrow for two panned views"):
         panned_views(photo_crop(8, 4))
+
+
+def test_a_folder_with_several_bad_images_names_every_one_at_once(tmp_path):
+    """Every image is read before the error: one message names each unreadable file and each orphan reference."""
+    good = np.zeros((32, 32, 3), dtype=np.uint8)
+    (tmp_path / "hr").mkdir()
+    (tmp_path / "ref").mkdir()
+    PIL.Image.fromarray(good).save(tmp_path / "hr" / "a.png")
+    PIL.Image.fromarray(good).save(tmp_path / "ref" / "a.png")
+    (tmp_path / "hr" / "broken.jpg").write_bytes(b"not a jpeg")
+    (tmp_path / "hr" / "cut.png").write_bytes((tmp_path / "hr" / "a.png").read_bytes()[:60])
+    PIL.Image.fromarray(good).save(tmp_path / "ref" / "zebra.png")
+    with pytest.raises(UsageError) as refused:
+        load_restoration_folder(tmp_path, missing_reference="panned")
+    message = str(refused.value)
+    assert "3 problem(s)" in message
+    assert "hr/broken.jpg" in message and "hr/cut.png" in message and "ref/zebra.png: has no HR image" in message
