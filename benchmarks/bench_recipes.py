@@ -66,7 +66,7 @@ def main() -> None:
     with results_file.tee() as printed:
         print(
             f"Digits, {samples} training images ({args.train_fraction:.0%} of the train split), {args.steps} steps of "
-            f"batch {args.batch}, learning rate {args.learning_rate} in both arms; test accuracy (179 images), mean "
+            f"batch {args.batch}, learning rate {args.learning_rate} in every arm; test accuracy (179 images), mean "
             f"+- std over seeds {args.seeds}."
         )
         print("")
