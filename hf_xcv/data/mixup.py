@@ -324,16 +324,18 @@ class MixupCutmixCollator:
     smoothed already: leave its own smoothing, and transformers' ``label_smoothing_factor``, at 0).
 
     For training batches only: transformers' ``Trainer`` collates evaluation batches with the same
-    ``data_collator``, which would score mixed images against soft labels; give the evaluation its own loader
-    (override ``get_eval_dataloader`` to use ``collator.base_collator``) or evaluate outside the Trainer. In
+    ``data_collator``, which would score mixed images against soft labels: with Trainer use
+    :class:`hf_xcv.training.MixupCallback` (it mixes in training steps only) and a plain collator. In
     hf_xcv's own training loop prefer :class:`MixupCutmix` in the loss function (see the module): a collator runs
     before the loop reseeds the RNG for the batch, so a resumed run would mix differently.
 
     Args:
         base_collator: samples -> batch of stacked images and class ids; default :class:`ImageClassificationCollator`.
         num_labels: the number of classes.
-        mixup_alpha, cutmix_alpha, prob, switch_prob, mode, label_smoothing, correct_lam, cutmix_minmax,
-            generator: as :class:`MixupCutmix` (defaults: DeiT's and Swin's recipe).
+
+    The keyword arguments ``mixup_alpha``, ``cutmix_alpha``, ``prob``, ``switch_prob``, ``mode``,
+    ``label_smoothing``, ``correct_lam``, ``cutmix_minmax`` and ``generator`` are :class:`MixupCutmix`'s (defaults:
+    DeiT's and Swin's recipe).
     """
 
     def __init__(
