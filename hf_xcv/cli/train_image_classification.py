@@ -99,7 +99,10 @@ class DataArguments:
     )
     crop_scale_min: float | None = field(
         default=None,
-        metadata={"help": "random resized crop to the model's size with area in [this, 1] (0.08 in the recipes)"},
+        metadata={
+            "help": "random resized crop to the model's size with area in [this, 1] (0.08 in the recipes); unset with "
+            "--hflip or --rand_augment: the largest centre square"
+        },
     )
     hflip: float | None = field(
         default=None, metadata={"help": "probability of a horizontal flip (0.5 in the recipes)"}
@@ -171,8 +174,19 @@ def recipe_fields(data_args: DataArguments, args: TrainArguments) -> dict[str, A
 
 
 def given_options(argv: list[str]) -> set[str]:
-    """The options the command line sets itself (``--name value`` or ``--name=value``)."""
-    return {arg[2:].split("=", 1)[0] for arg in argv if arg.startswith("--")}
+    """The options the command line sets itself, by field name, however spelt: ``--name value``, ``--name=value``,
+    the dashed alias ``--name-with-dashes`` and any unambiguous prefix, as the argument parser reads them."""
+    parser = HfArgumentParser((ModelArguments, DataArguments, TrainArguments))
+    spellings = {string: action.dest for action in parser._actions for string in action.option_strings}
+    given = set()
+    for arg in argv:
+        if not arg.startswith("--"):
+            continue
+        typed = arg.split("=", 1)[0]
+        matches = {spellings[typed]} if typed in spellings else {d for s, d in spellings.items() if s.startswith(typed)}
+        if len(matches) == 1:
+            given |= matches
+    return given
 
 
 def apply_recipe(argv: list[str], data_args: DataArguments, args: TrainArguments) -> ClassificationRecipe | None:

@@ -9,17 +9,20 @@ The values are the published ones (docs/training.md has them beside the paper ta
   Mixup 0.8 and CutMix 1.0 (probability 1, switch probability 0.5), stochastic depth 0.1, no gradient clipping, an
   EMA of the weights with decay 0.99996.
 * ``swin``: Swin (Liu et al. 2021, appendix A2.1): AdamW, learning rate 1e-3 per 1024 images, weight decay 0.05,
-  cosine schedule with 20 warm-up epochs of 300, gradient clipping at norm 5, DeiT's augmentation and
-  regularisation, stochastic depth 0.2 (Swin-T), no EMA ("it does not enhance performance").
+  cosine schedule with 20 warm-up epochs of 300, DeiT's augmentation and regularisation, stochastic depth 0.2
+  (Swin-T), no EMA ("it does not enhance performance"); gradient clipping at norm 5 is the Swin repository's
+  configuration (``TRAIN.CLIP_GRAD``), not the paper's text.
 * ``finetune``: fine-tuning a pretrained ViT / Swin as BEiT (Bao et al. 2022) and MAE (He et al. 2022, Table 9) do:
   AdamW, learning rate 5e-4 per 256 images, weight decay 0.05, cosine with 5 warm-up epochs of 100, layer-wise
   learning-rate decay 0.75, label smoothing 0.1, RandAugment ``rand-m9-mstd0.5-inc1``, random erasing 0.25,
   Mixup 0.8 / CutMix 1.0, stochastic depth 0.1; and an EMA of the weights (timm's default decay 0.9998), which
   MAE's table does not use but timm's fine-tuning does.
 
-Warm-up is given as the fraction of the run the paper spends in it (5 of 300 epochs), since a run here may be of
-any length; the learning rate is scaled linearly with the total batch (per-device batch x processes x
-accumulation), as the papers do.
+DeiT's repeated augmentation is not among the options. The EMA decays are the published ones, made for hundreds of
+thousands of steps: a short run should add ``--model_ema_warmup true`` (timm's warm-up), or its EMA weights stay
+near the initial ones. Warm-up is given as the fraction of the run the paper spends in it (5 of 300 epochs),
+since a run here may be of any length; the learning rate is scaled linearly with the total batch (per-device batch
+x processes x accumulation), as the papers do.
 """
 
 from __future__ import annotations

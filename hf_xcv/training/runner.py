@@ -562,6 +562,16 @@ class LossLog:
             write_text_atomic(self.path, "".join(f"{line}\n" for line in lines))
 
 
+def set_epoch(loader: DataLoader, epoch: int) -> None:
+    """Start ``epoch`` in the prepared ``loader``: its sampler's order and its dataset's per-epoch draws (a dataset
+    with ``set_epoch``, such as a seeded augmentation). accelerate's own ``set_epoch`` reaches the dataset only when
+    no sharded sampler takes the call first, which is never the case with several processes."""
+    loader.set_epoch(epoch)
+    dataset = getattr(loader, "dataset", None)
+    if hasattr(dataset, "set_epoch"):
+        dataset.set_epoch(epoch)
+
+
 def train_loop(
     parts: LoopParts,
     state: TrainerState,
@@ -587,7 +597,7 @@ def train_loop(
     log = LossLog(acc, Path(args.output_dir) / TRAIN_LOG, args.logging_steps, echo=args.disable_tqdm)
     log.keep_until(state.completed_steps)  # a resumed run logs the steps after its checkpoint again
     while state.completed_steps < parts.total_steps:
-        parts.train_dl.set_epoch(state.epoch)
+        set_epoch(parts.train_dl, state.epoch)
         skip = state.batches_in_epoch
         batches = acc.skip_first_batches(parts.train_dl, skip) if skip else parts.train_dl
         model.train()
@@ -885,7 +895,8 @@ def finish(
     if args.push_to_hub and acc.is_main_process:
         url = push_folder_to_hub(out, args.hub_model_id or out.name, private=args.hub_private)
         acc.print(f"pushed to {url}")
-    acc.end_training()
+    for tracker in acc.trackers:  # what end_training does, but the process group stays: release_process_group
+        tracker.finish()
     return results
 
 

@@ -62,7 +62,10 @@ def main(out: Path, task: str, ending: str) -> None:
         outcome = "raised"
     gc.collect()
     alive = sum(isinstance(o, DistributedDataParallel) for o in gc.get_objects())
-    report = {"task": task, "ending": ending, "outcome": outcome, "group": dist.is_initialized(), "ddp_alive": alive}
+    from accelerate.state import PartialState
+
+    report = {"task": task, "ending": ending, "outcome": outcome, "group": dist.is_initialized(), "ddp_alive": alive,
+              "state_reset": not PartialState._shared_state}  # fmt: skip
     print("TEARDOWN " + json.dumps(report), flush=True)
 
 

@@ -41,6 +41,41 @@ def test_a_recipe_sets_every_option_the_command_line_leaves_and_scales_the_learn
     assert finetune.layer_decay == 0.75
 
 
+@pytest.mark.parametrize("spelling", ["--learning-rate", "--learning_r", "--learning_rate=1e-4"])
+def test_an_option_given_in_any_spelling_the_parser_takes_wins_over_the_recipe(spelling):
+    argv = ["--recipe", "deit", spelling] + ([] if "=" in spelling else ["1e-4"])
+    _, _, args = resolved(argv)
+    assert args.learning_rate == 1e-4
+
+
+def test_a_dataset_that_draws_per_epoch_gets_every_epoch_under_a_sharded_sampler():
+    """With several processes accelerate's set_epoch stops at the sharded sampler: the runner tells the dataset."""
+    from accelerate.data_loader import BatchSamplerShard, DataLoaderShard, SeedableRandomSampler
+    from torch.utils.data import BatchSampler
+
+    from hf_xcv.training.runner import set_epoch
+
+    class Draws(torch.utils.data.Dataset):
+        epoch = None
+
+        def __len__(self):
+            return 8
+
+        def __getitem__(self, index):
+            return index
+
+        def set_epoch(self, epoch):
+            self.epoch = epoch
+
+    dataset = Draws()
+    sampler = BatchSamplerShard(BatchSampler(SeedableRandomSampler(dataset), 2, False), num_processes=2)
+    loader = DataLoaderShard(dataset, batch_sampler=sampler)
+    loader.set_epoch(3)
+    assert dataset.epoch is None  # accelerate's own call does not reach it (the bug this guards against)
+    set_epoch(loader, 3)
+    assert dataset.epoch == 3
+
+
 def test_without_a_recipe_the_training_is_plain_and_an_unknown_recipe_is_refused():
     recipe, data_args, args = resolved([])
     assert recipe is None and data_args.rand_augment is None and data_args.crop_scale_min is None

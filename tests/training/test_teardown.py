@@ -39,4 +39,5 @@ def test_every_ending_of_a_two_process_run_leaves_nothing_alive(task, endings, l
         assert len(reports) == 2, log  # both processes reached the end of main
         for report in reports:
             assert report["outcome"] == outcome and not report["group"] and report["ddp_alive"] == 0, report
+            assert report["state_reset"], report  # released by distributed_main, not torn down early by finish
         assert result.returncode == 0, log  # and exited (the worker reports the injected failure)
