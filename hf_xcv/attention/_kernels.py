@@ -20,6 +20,8 @@ attend gets zeros (0 / 0 is taken as 0).
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 
@@ -96,6 +98,178 @@ def causal_kernel_attention(
     return out[:, :, length - q_len : length]  # (B, H, Lq, Dv)
 
 
+# ----------------------------------------------------------------------------------------------------------
+# fused non-causal kernel attention: nothing of length L x M is kept for the backward pass
+# ----------------------------------------------------------------------------------------------------------
+
+FUSED_CHUNK_ELEMENTS = 2**18  # elements of one (B, H, C, M) chunk of features, 1 MiB in float32 (speed/memory only)
+
+
+def _chunks(length: int, row_elements: int):
+    """Slices covering ``range(length)``, each of about ``FUSED_CHUNK_ELEMENTS / row_elements`` positions."""
+    size = max(16, FUSED_CHUNK_ELEMENTS // max(1, row_elements))
+    return [slice(start, min(start + size, length)) for start in range(0, length, size)]
+
+
+def _elu_features(x: torch.Tensor) -> torch.Tensor:
+    """phi(x) = elu(x) + 1 (the Linear Transformer's feature map), elementwise, in x's memory layout."""
+    return F.elu(x).add_(1)
+
+
+def _elu_features_grad(phi: torch.Tensor, grad_phi: torch.Tensor) -> torch.Tensor:
+    """d/dx of sum(grad_phi * phi(x)) from phi = elu(x) + 1 alone: 1 where x > 0 (phi > 1), exp(x) = phi
+    elsewhere (so zero where phi is zero: the padded keys)."""
+    return torch.where(phi > 1, grad_phi, grad_phi * phi)
+
+
+class FeatureMap:
+    """A feature map phi applied chunk by chunk, with its gradient, for :class:`FusedKernelAttention`.
+
+    ``kind`` is ``"elu"`` (phi(x) = elu(x) + 1, the same for queries and keys; its inputs are the features
+    themselves, computed and kept whole by the caller, since they are no larger than q and k and their
+    gradient needs only them) or ``"favor"`` (the Performer's positive random features, recomputed from q and
+    k; ``projection`` (D, M) = W^T sqrt(scaling)): queries
+    ``exp(x P - max_m (x P))`` (a per-row constant that cancels in the ratio), keys
+    ``exp(x P - |x|^2 scaling / 2 - key_max)`` with ``key_max`` the largest real exponent of the (batch, head)
+    (a per-(batch, head) constant, also cancelling). Constants subtracted for stability carry no gradient.
+    """
+
+    def __init__(self, kind: str, projection: torch.Tensor | None = None, scaling: float = 1.0):
+        self.kind, self.projection, self.scaling = kind, projection, scaling
+
+    def width(self, x: torch.Tensor) -> int:
+        """M, the number of features of an input like ``x`` (B, H, L, D)."""
+        return x.shape[-1] if self.projection is None else self.projection.shape[-1]
+
+    def queries(self, x: torch.Tensor) -> torch.Tensor:
+        """phi(x) for queries x (B, H, C, D) -> (B, H, C, M) (``elu``: x are the features)."""
+        if self.kind == "elu":
+            return x
+        exponent = x @ self.projection
+        return torch.exp(exponent - exponent.amax(-1, keepdim=True))
+
+    def queries_grad(self, x: torch.Tensor, phi: torch.Tensor, grad_phi: torch.Tensor) -> torch.Tensor:
+        """The gradient reaching the queries x (B, H, C, D) from ``grad_phi`` (B, H, C, M)."""
+        if self.kind == "elu":
+            return _elu_features_grad(phi, grad_phi)
+        return (grad_phi * phi) @ self.projection.T
+
+    def key_exponent(self, x: torch.Tensor, keep: torch.Tensor | None) -> torch.Tensor:
+        """FAVOR+ key exponents x P - |x|^2 scaling / 2 (B, H, C, M); -inf for padded keys (``keep`` (B, C))."""
+        shift = x.square().sum(-1, keepdim=True) * (self.scaling / 2)  # (B, H, C, 1)
+        if keep is not None:
+            shift = shift.masked_fill(~keep[:, None, :, None], math.inf)
+        return x @ self.projection - shift
+
+    def keys(self, x: torch.Tensor, keep: torch.Tensor | None, key_max: torch.Tensor | None) -> torch.Tensor:
+        """phi(x) for keys x (B, H, C, D) -> (B, H, C, M), zero for padded keys (``keep`` (B, C) or None; ``elu``:
+        x are the features, already zero there)."""
+        if self.kind == "elu":
+            return x
+        return torch.exp(self.key_exponent(x, keep) - key_max)
+
+    def keys_grad(self, x: torch.Tensor, phi: torch.Tensor, grad_phi: torch.Tensor) -> torch.Tensor:
+        """The gradient reaching the keys x (B, H, C, D) from ``grad_phi``; padded keys (phi = 0) get none."""
+        if self.kind == "elu":
+            return _elu_features_grad(phi, grad_phi)
+        grad_exponent = grad_phi * phi  # (B, H, C, M)
+        return grad_exponent @ self.projection.T - grad_exponent.sum(-1, keepdim=True) * x * self.scaling
+
+
+def _running_key_state(
+    k: torch.Tensor, v: torch.Tensor, keep: torch.Tensor | None, features: FeatureMap
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """S = sum_j phi(k_j) v_j^T (B, H, M, Dv), z = sum_j phi(k_j) (B, H, M, 1), chunk by chunk, and the FAVOR+
+    key stabiliser (B, H, 1, 1) they are taken with (None for ``elu``).
+
+    FAVOR+ keys are divided by the largest real exponent of the (batch, head); over chunks that maximum is a
+    running one, and the sums so far are rescaled by exp(old - new) when it grows (as a fused softmax kernel
+    rescales its partial sums), so the result equals the one-pass form.
+    """
+    state = total = key_max = None
+    for part in _chunks(k.shape[2], k.shape[0] * k.shape[1] * features.width(k)):
+        keep_part = None if keep is None else keep[:, part]
+        if features.kind == "elu":
+            phi = features.keys(k[:, :, part], keep_part, None)
+        else:
+            exponent = features.key_exponent(k[:, :, part], keep_part)  # (B, H, C, M)
+            chunk_max = exponent.amax(dim=(-2, -1), keepdim=True)  # (B, H, 1, 1), -inf if all padded
+            new_max = chunk_max if key_max is None else torch.maximum(key_max, chunk_max)
+            new_max = torch.where(torch.isfinite(new_max), new_max, torch.zeros_like(new_max))
+            if state is not None:
+                rescale = torch.exp(key_max - new_max)  # <= 1
+                state, total = state * rescale, total * rescale
+            key_max = new_max
+            phi = torch.exp(exponent - key_max)
+        part_state = phi.transpose(-1, -2) @ v[:, :, part]  # (B, H, M, Dv)
+        part_total = phi.sum(dim=-2)[..., None]  # (B, H, M, 1)
+        state = part_state if state is None else state + part_state
+        total = part_total if total is None else total + part_total
+    return state, total, key_max
+
+
+class FusedKernelAttention(torch.autograd.Function):
+    """Non-causal kernel attention ``out_i = phi(q_i) S / phi(q_i) z`` that keeps only q, k, v (or, for ``elu``,
+    phi(q) and phi(k), as large) and the (M x Dv) state for backward, recomputing the rest there chunk by chunk.
+
+    Autograd through :func:`kernel_attention` keeps phi(q) and phi(k) (L x M each, 4x the input for the
+    Performer's 266 features) and their exponentials until backward. Here every pass runs over chunks of
+    about ``FUSED_CHUNK_ELEMENTS`` feature values, so the only whole-length tensors are the inputs, the
+    output and their gradients (PyTorch's fused softmax kernel keeps the output too). The output is laid out
+    (B, Lq, H, Dv) and returned as a (B, H, Lq, Dv) view, so that merging the heads afterwards copies nothing.
+
+    Backward, with n = phi(q) S, d = phi(q) z (a zero d is taken as 1, its row has nothing to attend):
+    g_n = g / d, g_d = -sum(g * out) / d, g_phi(q) = g_n S^T + g_d z^T, g_S = sum_i phi(q_i)^T g_n,i,
+    g_z = sum_i phi(q_i) g_d,i, g_phi(k_j) = v_j g_S^T + g_z^T, g_v_j = phi(k_j) g_S.
+    """
+
+    @staticmethod
+    def forward(ctx, q, k, v, keep, kind, projection, scaling):
+        features = FeatureMap(kind, projection, scaling)
+        with torch.no_grad():
+            if kind == "elu":  # kept instead of q and k: the same size, and backward needs nothing else
+                q, k = _elu_features(q), _elu_features(k)
+                k = k if keep is None else k.masked_fill_(~keep[:, None, :, None], 0.0)
+            state, total, key_max = _running_key_state(k, v, keep, features)
+            batch, heads, q_len, _ = q.shape
+            out = q.new_empty(batch, q_len, heads, v.shape[-1]).transpose(1, 2)  # (B, H, Lq, Dv) view
+            for part in _chunks(q_len, batch * heads * features.width(q)):
+                phi_q = features.queries(q[:, :, part])
+                out[:, :, part] = _ratio(phi_q @ state, phi_q @ total)
+        ctx.save_for_backward(q, k, v, keep, projection, state, total, key_max)
+        ctx.kind, ctx.scaling = kind, scaling
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        q, k, v, keep, projection, state, total, key_max = ctx.saved_tensors
+        features = FeatureMap(ctx.kind, projection, ctx.scaling)
+        grad_q, grad_k, grad_v = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+        grad_state = torch.zeros_like(state)  # (B, H, M, Dv)
+        grad_total = torch.zeros_like(total)  # (B, H, M, 1)
+        for part in _chunks(q.shape[2], q.shape[0] * q.shape[1] * features.width(q)):
+            q_part, g = q[:, :, part], grad_out[:, :, part]
+            phi_q = features.queries(q_part)  # (B, H, C, M)
+            normaliser = phi_q @ total  # (B, H, C, 1)
+            real = normaliser > 0
+            safe = torch.where(real, normaliser, torch.ones_like(normaliser))
+            grad_num = g / safe  # (B, H, C, Dv)
+            out = (phi_q @ state) / safe  # (B, H, C, Dv), recomputed: keeping it would hold L x Dv until here
+            grad_den = torch.where(real, -(grad_num * out).sum(-1, keepdim=True), 0.0)  # (B, H, C, 1)
+            grad_phi_q = grad_num @ state.transpose(-1, -2) + grad_den @ total.transpose(-1, -2)  # (B, H, C, M)
+            grad_q[:, :, part] = features.queries_grad(q_part, phi_q, grad_phi_q)
+            grad_state += phi_q.transpose(-1, -2) @ grad_num
+            grad_total += phi_q.transpose(-1, -2) @ grad_den
+        for part in _chunks(k.shape[2], k.shape[0] * k.shape[1] * features.width(k)):
+            k_part = k[:, :, part]
+            phi_k = features.keys(k_part, None if keep is None else keep[:, part], key_max)  # (B, H, C, M)
+            v_part = v[:, :, part]
+            grad_phi_k = v_part @ grad_state.transpose(-1, -2) + grad_total.transpose(-1, -2)  # (B, H, C, M)
+            grad_k[:, :, part] = features.keys_grad(k_part, phi_k, grad_phi_k)
+            grad_v[:, :, part] = phi_k @ grad_state
+        return grad_q, grad_k, grad_v, None, None, None, None
+
+
 class KernelAttention(AttentionCore):
     """Shared forward of the kernel attentions; subclasses define ``features(q, k, keep, causal, scaling)``."""
 
@@ -111,10 +285,16 @@ class KernelAttention(AttentionCore):
             raise UsageError(f"chunk_size must be a positive integer, got {chunk_size!r}")
         self.chunk_size = chunk_size
 
+    fused = True  # non-causal calls use FusedKernelAttention; False: autograd through kernel_attention (tests)
+
     def features(
         self, q: torch.Tensor, k: torch.Tensor, keep: torch.Tensor | None, causal: bool, scaling: float
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """(phi(q) (B, H, Lq, M), phi(k) (B, H, Lk, M)), both non-negative."""
+        raise NotImplementedError
+
+    def feature_map(self, q: torch.Tensor, scaling: float) -> tuple[str, torch.Tensor | None]:
+        """The :class:`FeatureMap` of the fused path: its kind and projection (D, M) for queries like ``q``."""
         raise NotImplementedError
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, call: AttentionCall) -> AttentionOutput:
@@ -123,6 +303,11 @@ class KernelAttention(AttentionCore):
         # At least float32 throughout: features are exponentials and sums run over thousands of keys.
         out_dtype, dtype = v.dtype, torch.promote_types(q.dtype, torch.float32)
         q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)
+        if not call.causal and self.fused:
+            kind, projection = self.feature_map(q, call.scaling)
+            return AttentionOutput(
+                FusedKernelAttention.apply(q, k, v, keep, kind, projection, call.scaling).to(out_dtype)
+            )
         phi_q, phi_k = self.features(q, k, keep, call.causal, call.scaling)
         if keep is not None:
             phi_k = phi_k.masked_fill(~keep[:, None, :, None], 0.0)  # padded keys drop out of S and z

@@ -31,3 +31,6 @@ class LinearAttention(KernelAttention):
         self, q: torch.Tensor, k: torch.Tensor, keep: torch.Tensor | None, causal: bool, scaling: float
     ) -> tuple[torch.Tensor, torch.Tensor]:
         return F.elu(q) + 1, F.elu(k) + 1
+
+    def feature_map(self, q: torch.Tensor, scaling: float) -> tuple[str, torch.Tensor | None]:
+        return "elu", None

@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from ..utils.errors import UsageError
@@ -36,6 +37,24 @@ def _project(projection: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     if projection.shape[0] == 1:
         return torch.einsum("kn,bhnd->bhkd", projection[0], x)
     return torch.einsum("hkn,bhnd->bhkd", projection, x)
+
+
+def _fused_softmax(
+    q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, slot_keep: torch.Tensor | None, call: AttentionCall
+) -> torch.Tensor:
+    """softmax(q keys^T * scaling, over the kept slots) values through PyTorch's fused kernel, which keeps no
+    (Lq x k) scores or probabilities for backward (the (8, 8K, 256) probabilities are 64 MiB in float32).
+
+    q (B, H, Lq, D), keys and values (B, H, k, D), ``slot_keep`` (B, P, 1, k) or None -> (B, H, Lq, D). A row whose
+    slots are all dropped (no real key) gives zeros, as ``masked_softmax`` does: the kernel sees every slot
+    there (a finite result) and the row is zeroed after it, which also zeroes its gradient.
+    """
+    empty = None
+    if slot_keep is not None:
+        empty = ~slot_keep.any(-1, keepdim=True)  # (B, P, 1, 1): nothing to attend
+        slot_keep = slot_keep | empty
+    out = F.scaled_dot_product_attention(q, keys, values, attn_mask=slot_keep, scale=call.scaling)
+    return out if empty is None else out.masked_fill(empty, 0.0)
 
 
 @register_attention
@@ -67,6 +86,7 @@ class LinformerAttention(AttentionCore):
         length_constraint="at most seq_len keys (the learned length projections have seq_len columns)",
     )
     small_kwargs = {"seq_len": 64, "k": 8}
+    fused = True  # without dropout, slots attended by PyTorch's fused kernel; False: masked softmax by autograd
 
     def __init__(self, num_heads: int, head_dim: int, seq_len: int = 4096, k: int = 256, sharing: str = "headwise"):
         super().__init__(num_heads, head_dim)
@@ -121,6 +141,8 @@ class LinformerAttention(AttentionCore):
             slot_keep = (e.abs() @ (~padded).to(e.dtype)).squeeze(-1) > 0  # (B, P, k)
             slot_keep = slot_keep[:, :, None, :]  # (B, P, 1, k)
         projected_k, projected_v = _project(e, k), _project(f, v)  # (B, H, k, D) each
+        if self.fused and call.dropout == 0.0:  # probability dropout: the autograd path below
+            return AttentionOutput(_fused_softmax(q, projected_k, projected_v, slot_keep, call))
         scores = q @ projected_k.transpose(-1, -2) * call.scaling  # (B, H, Lq, k)
         probs = masked_softmax(scores, slot_keep)
         probs = nn.functional.dropout(probs, p=call.dropout) if call.dropout > 0.0 else probs

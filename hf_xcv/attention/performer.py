@@ -98,6 +98,18 @@ class PerformerAttention(KernelAttention):
         fresh = orthogonal_gaussian_features(self.nb_features, self.head_dim, generator)
         self.projection.copy_(fresh)
 
+    def _scaled_projection(self, q: torch.Tensor, scaling: float) -> torch.Tensor:
+        """W^T sqrt(scaling) (D, M) in q's dtype, after counting the call (and redrawing W when it is due)."""
+        if self.training and self.feature_redraw_interval:
+            if self.calls_since_redraw >= self.feature_redraw_interval:
+                self.redraw_features_()
+                self.calls_since_redraw = 0
+            self.calls_since_redraw += 1
+        return self.projection.to(device=q.device, dtype=q.dtype).T * scaling**0.5
+
+    def feature_map(self, q: torch.Tensor, scaling: float) -> tuple[str, torch.Tensor | None]:
+        return "favor", self._scaled_projection(q, scaling)
+
     def features(
         self, q: torch.Tensor, k: torch.Tensor, keep: torch.Tensor | None, causal: bool, scaling: float
     ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -107,12 +119,7 @@ class PerformerAttention(KernelAttention):
         the ratio, so they are subtracted in log space without gradient. For a query, dividing by its own
         maximum feature also cancels |q'|^2 / 2, so only the largest projection is subtracted.
         """
-        if self.training and self.feature_redraw_interval:
-            if self.calls_since_redraw >= self.feature_redraw_interval:
-                self.redraw_features_()
-                self.calls_since_redraw = 0
-            self.calls_since_redraw += 1
-        projection = self.projection.to(device=q.device, dtype=q.dtype).T * scaling**0.5  # (D, M): W^T sqrt(s)
+        projection = self._scaled_projection(q, scaling)  # (D, M): W^T sqrt(s)
         q_exponent = q @ projection  # (B, H, Lq, M)
         phi_q = torch.exp(q_exponent - q_exponent.detach().amax(-1, keepdim=True))
         k_exponent = k @ projection  # (B, H, Lk, M)
