@@ -160,6 +160,12 @@ def test_each_task_has_its_step_budget_and_stale_cells_are_found_per_task(stored
         bench.save_cell(stored, task, row, cell)
     assert not set(pathfinder) & set(bench.to_run("train", cells, args))
     assert len(bench.to_run("train", cells, args)) == len(cells) - len(pathfinder)
+    # --retime: every cost cell again, the trained ones untouched
+    timed = [cell for cell in cells if bench.load_cell(stored, *cell).get("time", {}).get("status") == "ok"]
+    assert timed and not set(timed) & set(bench.to_run("time", cells, args))
+    retime = argparse.Namespace(**{**vars(args), "retime": True})
+    assert bench.to_run("time", cells, retime) == cells
+    assert bench.to_run("train", cells, retime) == bench.to_run("train", cells, args)
 
 
 def test_a_training_command_resumes_a_stopped_cell(tmp_path):
