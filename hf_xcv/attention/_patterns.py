@@ -7,6 +7,10 @@ lists :class:`KeySet` s, the keys each group may see (its window, strided or ran
 takes one softmax per query, so the result is dense softmax attention under the union of the key sets as long
 as they are disjoint (they are by construction). Global rows (queries that see every key) are computed apart, O(G L).
 
+Without dropout and returned weights, eager calls go through the fused, chunked autograd Function of
+``_fused_patterns`` (memory O(L) beyond q, k, v: no blocked score tensor kept for backward); ``fused = False`` on
+an entry keeps the path below for every call.
+
 An additive bias is read at the (query, key) pairs each key set scores. The dense patterns the tests
 compare with are written from the definitions (:func:`window_mask` here, ``_positions.with_prefix``).
 """
@@ -108,9 +112,21 @@ def make_pattern(
 def _gather_rows(x: torch.Tensor, index: torch.Tensor, heads: int) -> torch.Tensor:
     """Rows of x (B, H, L, D) at ``index`` ((G, S) or (H, G, S), in range) -> (B, H, G, S, D)."""
     batch, _, _, dim = x.shape
+    if index.dim() == 2 and batch == 1 and x.transpose(1, 2).is_contiguous():
+        # A layer's projections give (1, L, H, D) storage seen as (1, H, L, D): gathering whole (H, D) rows along
+        # the first dimension is a row copy each, several times faster than index_select along the third.
+        rows = x[0].transpose(0, 1).index_select(0, index.reshape(-1))  # (G*S, H, D)
+        return rows.view(*index.shape, heads, dim).permute(2, 0, 1, 3)[None]  # (1, H, G, S, D)
     if index.dim() == 2:
         return x.index_select(2, index.reshape(-1)).view(batch, heads, *index.shape, dim)
     head = torch.arange(heads, device=index.device)[:, None, None]  # (H, 1, 1)
+    if batch == 1 and (x.is_contiguous() or x.transpose(1, 2).is_contiguous()):
+        # One sequence: the (head, position) rows as one table, gathered along its first dimension (fast).
+        if x.is_contiguous():
+            table, flat = x.view(heads * x.shape[2], dim), head * x.shape[2] + index  # rows (h, l)
+        else:
+            table, flat = x.transpose(1, 2).reshape(x.shape[2] * heads, dim), index * heads + head  # rows (l, h)
+        return table.index_select(0, flat.reshape(-1)).view(1, heads, *index.shape[1:], dim)
     return x[:, head, index]  # (B, H, G, S, D)
 
 
@@ -131,10 +147,11 @@ def _key_set_scores(
     rows: torch.Tensor,
     key_keep: torch.Tensor | None,
     bias: torch.Tensor | None,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Scores of one key set in the (B, H, G, Q, K) layout of the query groups (masked entries at the lowest
-    finite value), whether each query kept any key (broadcastable to (B, H, G, Q)), and the key positions.
-    ``rows`` are the query positions in the key set's own layout ((G, Q), or (Q, G) when transposed)."""
+    finite value), whether each query kept any key (broadcastable to (B, H, G, Q)), the key positions (clamped
+    in range) and the gathered keys ((B, H, G or 1, K, D) in the key set's own layout; (B, H, Q, K, D) when
+    transposed). ``rows`` are the query positions in the key set's own layout ((G, Q), or (Q, G) if transposed)."""
     length = k.shape[2]
     present = (key_set.keys >= 0) & (key_set.keys < length)  # ([H,] G, K)
     index = key_set.keys.clamp(0, length - 1)
@@ -144,14 +161,15 @@ def _key_set_scores(
         padding = key_keep[:, index]  # (B, [H,] G, K)
         keep = keep & (padding[:, :, :, None] if key_set.per_head else padding[:, None, :, None])
     queries = q_groups.transpose(2, 3) if key_set.transposed else q_groups  # (B, H, G', Q', D)
-    scores = _group_matmul(queries, _gather_rows(k, index, k.shape[1]).transpose(-1, -2))  # (B, H, G', Q', K)
+    keys = _gather_rows(k, index, k.shape[1])  # (B, H, G', K, D)
+    scores = _group_matmul(queries, keys.transpose(-1, -2))  # (B, H, G', Q', K)
     if bias is not None:
         scores = scores + _key_set_bias(bias, key_set, rows, index, k.shape[1]).to(scores.dtype)
-    scores = scores.masked_fill(~keep, torch.finfo(scores.dtype).min)
+    scores = scores.masked_fill_(~keep, torch.finfo(scores.dtype).min)  # fresh: neither matmul nor add saves it
     any_key = keep.any(dim=-1)  # (B or 1, H or 1, G', Q')
     if key_set.transposed:
         scores, any_key = scores.transpose(2, 3), any_key.transpose(-1, -2)
-    return scores, any_key, index
+    return scores, any_key, index, keys
 
 
 def _key_set_bias(
@@ -187,10 +205,15 @@ def _dense_weights(
 
 
 def sparse_attention(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pattern: SparsePattern, call: AttentionCall
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pattern: SparsePattern, call: AttentionCall, fused: bool = True
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Softmax attention of q over k, v (all (B, H, L, D)) under ``pattern``, with the call's key padding, bias,
     scaling, dropout and weights request.
+
+    With ``fused`` (the default) the call goes through ``_fused_patterns.fused_sparse_attention`` (chunked, keeps
+    only q, k, v, the output and the log-sum-exp for backward) unless it asks for the weights, has dropout or is
+    being compiled (the fused Function is eager only); those calls, and ``fused=False``, take the path below,
+    autograd through the whole blocked score tensor.
 
     The key sets of the query groups are scored in (B, H, G, Q, K) layouts and share one softmax per query;
     the global rows get a dense softmax of their own. Padded keys are masked; a query with no key left gets
@@ -198,6 +221,10 @@ def sparse_attention(
     the probabilities. Returns the values (B, H, L, D) and, if asked, the dense (B, H, L, L) probabilities.
     """
     key_keep, bias, dropout = call.key_keep, call.bias, call.dropout
+    if fused and not call.output_weights and dropout == 0.0 and not torch.compiler.is_compiling():
+        from ._fused_patterns import fused_sparse_attention  # it builds on this module
+
+        return fused_sparse_attention(q, k, v, pattern, key_keep, bias, call.scaling), None
     batch, heads, length, dim = q.shape
     q = q * call.scaling
     flat = pattern.queries.reshape(-1)  # (G*Q,)
@@ -205,13 +232,13 @@ def sparse_attention(
     scored = [
         _key_set_scores(q_groups, k, key_set, pattern.layout(key_set), key_keep, bias) for key_set in pattern.key_sets
     ]
-    scores = torch.cat([s for s, _, _ in scored], dim=-1) if len(scored) > 1 else scored[0][0]  # (B, H, G, Q, K)
+    scores = torch.cat([s for s, _, _, _ in scored], dim=-1) if len(scored) > 1 else scored[0][0]  # (B, H, G, Q, K)
     probs = torch.softmax(scores, dim=-1, dtype=torch.promote_types(scores.dtype, torch.float32)).to(v.dtype)
-    any_key = functools.reduce(torch.logical_or, [a for _, a, _ in scored])  # (B or 1, H or 1, G, Q)
+    any_key = functools.reduce(torch.logical_or, [a for _, a, _, _ in scored])  # (B or 1, H or 1, G, Q)
     probs = F.dropout(probs, p=dropout) if dropout > 0.0 else probs
-    chunks = probs.split([s.shape[-1] for s, _, _ in scored], dim=-1)
+    chunks = probs.split([s.shape[-1] for s, _, _, _ in scored], dim=-1)
     out = 0.0
-    for key_set, chunk, (_, _, index) in zip(pattern.key_sets, chunks, scored):
+    for key_set, chunk, (_, _, index, _) in zip(pattern.key_sets, chunks, scored):
         values = _gather_rows(v, index, heads)  # (B, H, G', K, D)
         if key_set.transposed:
             out = out + _group_matmul(chunk.transpose(2, 3), values).transpose(2, 3)  # (B, H, G, Q, D)
@@ -223,7 +250,7 @@ def sparse_attention(
     weights = None
     if call.output_weights:
         kept = [c * any_key[..., None] for c in chunks]
-        weights = _dense_weights(pattern, kept, [index for _, _, index in scored], slots, length)[:, :, :length]
+        weights = _dense_weights(pattern, kept, [index for _, _, index, _ in scored], slots, length)[:, :, :length]
     if pattern.global_rows.numel():
         rows = pattern.global_rows
         row_out, row_probs = _global_rows(q, k, v, rows, key_keep, pattern.causal, dropout, bias)
@@ -290,6 +317,7 @@ class SparsePatternAttention(AttentionCore):
     """
 
     weights_are_copies = True  # the maps are assembled apart from the values
+    fused = True  # False: every call takes the unfused autograd path of :func:`sparse_attention` (tests compare)
 
     def pattern(self, length: int, causal: bool, prefix_tokens: int, device) -> SparsePattern:
         """The pattern over ``length`` tokens, the first ``prefix_tokens`` of them global."""
@@ -307,7 +335,7 @@ class SparsePatternAttention(AttentionCore):
         """``grid`` is not needed (the pattern is 1-D)."""
         length = q.shape[2]
         pattern = self.pattern(length, call.causal, min(call.prefix_tokens, length), q.device)
-        values, weights = sparse_attention(q, k, v, pattern, call)
+        values, weights = sparse_attention(q, k, v, pattern, call, fused=self.fused)
         return AttentionOutput(values, weights)
 
 
