@@ -1,7 +1,8 @@
 """Block machinery of the blocked entries (``local``, ``local_2d``, ``axial``, ``memory_compressed``).
 
 A :class:`BlockLayout` names, per block, which queries it holds and which keys it may see, and
-:func:`attend_layout` runs softmax attention block by block, with optional keys shared by every block. The
+:func:`attend_layout` runs softmax attention block by block, with optional keys shared by every block (fused, a
+chunk of blocks at a time, by ``_flash.gathered_block_attention`` where it can serve the call). The
 layouts of 1-D blocks with a memory flange and of 2-D query rectangles live here too, with the dense
 patterns the tests compare them with.
 
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from ._flash import gathered_block_attention
 from ._masks import bias_at, key_keep_rows, lean_masked_softmax, masked_softmax
 from .registry import AttentionCall, AttentionCore, AttentionOutput
 
@@ -143,6 +145,7 @@ def attend_layout(
     layout: BlockLayout,
     call: AttentionCall,
     extra_shared: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
+    fused: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Blocked attention of q (B, H, Lq, D) over k, v (B, H, Lk, D) following ``layout``, with the call's key
     padding, causal flag, prefix tokens, bias, scaling, dropout and weights request.
@@ -152,34 +155,119 @@ def attend_layout(
     when causal). The bias (B', H', Lq, Lk), broadcastable, is added to the logits of the pairs scored.
     ``extra_shared`` = (keys (B, H, G, D), values, keep broadcastable to (B, 1, N, Q, G)) adds keys every block
     sees after the prefix keys (then neither weights nor a bias are available: they are not tokens).
+
+    ``fused`` runs the blocks through :func:`gathered_block_attention`: chunk by chunk, with only q, k, v and the
+    row log-sum-exp kept for backward (and the blocked bias (B', H', N, Q, W + P), when there is a bias). The
+    blocked tensors are built whole and kept by autograd instead (the unfused path) when ``fused`` is False, when
+    weights are asked for (they are the probabilities), with attention dropout (the fused backward recomputes
+    the probabilities and would need the dropout mask), and under torch.compile / export (the compiler sees
+    plain operations). Both paths give the same values and gradients.
     Returns the values (B, H, Lq, D) and, if asked, the dense probabilities (B, H, Lq, Lk).
     """
     if call.bias is not None and extra_shared is not None:
         raise ValueError("attend_layout: a bias covers tokens, not the extra shared keys")
-    batch, heads, q_len, _ = q.shape
-    kv_len, prefix_tokens = k.shape[2], call.prefix_tokens
-    offset = kv_len - q_len
-    prefix_queries = max(0, prefix_tokens - offset)  # prefix tokens among the queries
-    q_blocks = gather_blocks(q, layout.queries)  # (B, H, N, Q, D)
-    k_blocks, v_blocks, keep = _block_memory(k, v, layout, call.key_keep, prefix_tokens, extra_shared)
+    q_len, prefix_tokens = q.shape[2], call.prefix_tokens
+    prefix_queries = max(0, prefix_tokens - (k.shape[2] - q_len))  # prefix tokens among the queries
     block_bias = None
     if call.bias is not None:  # the bias of every (block query, block key) pair, the prefix keys last
         prefix = torch.arange(prefix_tokens, device=q.device).expand(layout.keys.shape[0], prefix_tokens)
         keys = torch.cat([layout.keys, prefix], dim=1)  # (N, W + P)
         block_bias = bias_at(call.bias, layout.queries[:, :, None], keys[:, None, :])  # (B', H', N, Q, W + P)
+    use_fused = fused and not call.output_weights and call.dropout == 0.0 and not torch.compiler.is_compiling()
+    if use_fused:
+        values, weights = _fused_layout(q, k, v, layout, call, extra_shared, block_bias), None
+    else:
+        values, weights = _unfused_layout(q, k, v, layout, call, extra_shared, block_bias)
+    if prefix_queries:
+        prefix_out, prefix_probs = prefix_attention(q[:, :, :prefix_queries], k, v, k.shape[2] - q_len, call)
+        values = torch.cat([prefix_out, values[:, :, prefix_queries:]], dim=2)  # (B, H, Lq, D)
+        if weights is not None:
+            weights = torch.cat([prefix_probs, weights[:, :, prefix_queries:]], dim=2)
+    return values, weights
+
+
+def _fused_layout(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    layout: BlockLayout,
+    call: AttentionCall,
+    extra_shared: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None,
+    block_bias: torch.Tensor | None,
+) -> torch.Tensor:
+    """:func:`attend_layout`'s blocks through :func:`gathered_block_attention`: (B, H, Lq, D) values, the rows
+    of prefix queries (in no block) zero."""
+    keep = own_keep(layout, call.key_keep)  # (B or 1, 1, N, Q or 1, W)
+    groups = _shared_groups(k, v, call.key_keep, call.prefix_tokens, extra_shared)
+    shared = None
+    if len(groups) == 1:
+        shared = groups[0]
+    elif groups:  # a few shared keys: small copies
+        shared = (
+            torch.cat([g[0] for g in groups], dim=2),  # (B, H, G, D)
+            torch.cat([g[1] for g in groups], dim=2),
+            cat_keeps([g[2] for g in groups]),  # (B or 1, 1, N or 1, Q or 1, G)
+        )
+    if block_bias is not None and block_bias.dim() < 5:
+        block_bias = block_bias.reshape((1,) * (5 - block_bias.dim()) + tuple(block_bias.shape))
+    return gathered_block_attention(
+        q, k, v, layout.queries, layout.keys, keep, call.scaling, bias=block_bias, shared=shared
+    )
+
+
+def _unfused_layout(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    layout: BlockLayout,
+    call: AttentionCall,
+    extra_shared: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None,
+    block_bias: torch.Tensor | None,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """:func:`attend_layout`'s blocks as whole blocked tensors on autograd's graph: (B, H, Lq, D) values (prefix
+    query rows: whatever, replaced by the caller) and, if asked, the dense probabilities (B, H, Lq, Lk)."""
+    batch, heads, q_len, _ = q.shape
+    kv_len, prefix_tokens = k.shape[2], call.prefix_tokens
+    q_blocks = gather_blocks(q, layout.queries)  # (B, H, N, Q, D)
+    k_blocks, v_blocks, keep = _block_memory(k, v, layout, call.key_keep, prefix_tokens, extra_shared)
     out_blocks, probs = blockwise_attention(q_blocks, k_blocks, v_blocks, keep, call.scaling, call.dropout, block_bias)
     # Each block query back to its place in the sequence (empty slots point past the end and are dropped).
     slots = layout.queries.reshape(-1)
     order = torch.zeros(q_len + 1, dtype=torch.long, device=q.device)
     order[slots] = torch.arange(slots.numel(), device=q.device)
-    values = out_blocks.reshape(batch, heads, -1, out_blocks.shape[-1])[:, :, order[prefix_queries:q_len]]
+    values = out_blocks.reshape(batch, heads, -1, out_blocks.shape[-1])[:, :, order[:q_len]]
     weights = scatter_weights(probs, layout, q_len, kv_len, prefix_tokens) if call.output_weights else None
-    if prefix_queries:
-        prefix_out, prefix_probs = prefix_attention(q[:, :, :prefix_queries], k, v, offset, call)
-        values = torch.cat([prefix_out, values], dim=2)  # (B, H, Lq, D)
-        if weights is not None:
-            weights = torch.cat([prefix_probs, weights[:, :, prefix_queries:]], dim=2)
     return values, weights
+
+
+def own_keep(layout: BlockLayout, key_keep: torch.Tensor | None) -> torch.Tensor:
+    """Which of its own memory keys each block query may see: bool broadcastable to (B, 1, N, Q, W)."""
+    keep = layout.keep[None, None]  # (1, 1, N, Q or 1, W)
+    if key_keep is not None:
+        key_keep_padded = F.pad(key_keep, (0, 1))  # (B, Lk + 1): the empty slot is never kept
+        keep = keep & key_keep_padded[:, layout.keys][:, None, :, None, :]  # (B, 1, N, Q, W)
+    return keep
+
+
+def _shared_groups(
+    k: torch.Tensor,
+    v: torch.Tensor,
+    key_keep: torch.Tensor | None,
+    prefix_tokens: int,
+    extra_shared: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None,
+) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+    """The keys every block sees: (keys (B, H, G, D), values, keep broadcastable to (B, 1, N, Q, G)) for the
+    prefix tokens, then ``extra_shared``."""
+    groups = []
+    if prefix_tokens:
+        prefix_keep = k.new_ones(1, prefix_tokens, dtype=torch.bool) if key_keep is None else key_keep
+        # Prefix tokens precede every block token, so causal masking never hides them.
+        groups.append(
+            (k[:, :, :prefix_tokens], v[:, :, :prefix_tokens], prefix_keep[:, None, None, None, :prefix_tokens])
+        )
+    if extra_shared is not None:
+        groups.append(extra_shared)
+    return groups
 
 
 def _block_memory(
@@ -192,19 +280,8 @@ def _block_memory(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Every block's keys and values (B, H, N, W + G, D) and keep mask (broadcastable to (B, 1, N, Q, W + G)):
     its own memory, then the keys every block sees (the prefix tokens, then ``extra_shared``)."""
-    keep = layout.keep[None, None]  # (1, 1, N, Q or 1, W)
-    if key_keep is not None:
-        key_keep_padded = F.pad(key_keep, (0, 1))  # (B, Lk + 1): the empty slot is never kept
-        keep = keep & key_keep_padded[:, layout.keys][:, None, :, None, :]  # (B, 1, N, Q, W)
-    groups = []  # keys every block sees: (keys (B, H, G, D), values, keep broadcastable to (B, 1, N, Q, G))
-    if prefix_tokens:
-        prefix_keep = k.new_ones(1, prefix_tokens, dtype=torch.bool) if key_keep is None else key_keep
-        # Prefix tokens precede every block token, so causal masking never hides them.
-        groups.append(
-            (k[:, :, :prefix_tokens], v[:, :, :prefix_tokens], prefix_keep[:, None, None, None, :prefix_tokens])
-        )
-    if extra_shared is not None:
-        groups.append(extra_shared)
+    keep = own_keep(layout, key_keep)  # (B or 1, 1, N, Q or 1, W)
+    groups = _shared_groups(k, v, key_keep, prefix_tokens, extra_shared)
     k_blocks = gather_blocks(k, layout.keys)  # (B, H, N, W, D)
     v_blocks = gather_blocks(v, layout.keys)  # (B, H, N, W, D)
     if groups:
@@ -309,10 +386,11 @@ class LayoutAttention(AttentionCore):
     """Base of the entries defined by a :class:`BlockLayout`: subclasses give :meth:`layout`."""
 
     weights_are_copies = True  # the maps are assembled apart from the values
+    fused = True  # False: today's unfused path on autograd's graph (see attend_layout), e.g. to compare with
 
     def layout(self, q_len: int, kv_len: int, grid, prefix_tokens: int, causal: bool, device) -> BlockLayout:
         raise NotImplementedError
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, call: AttentionCall) -> AttentionOutput:
         layout = self.layout(q.shape[2], k.shape[2], call.grid, call.prefix_tokens, call.causal, q.device)
-        return AttentionOutput(*attend_layout(q, k, v, layout, call))
+        return AttentionOutput(*attend_layout(q, k, v, layout, call, fused=self.fused))

@@ -31,7 +31,8 @@ from typing import Any
 import torch
 
 from ..utils.errors import UsageError
-from ._blocks import BlockLayout, attend_layout, grid_problems, prefix_pattern
+from ._blocks import BlockLayout, attend_layout, grid_problems, own_keep, prefix_pattern
+from ._flash import blocks_backward, blocks_forward, plan_blocks
 from .registry import AttentionCall, AttentionCore, AttentionOutput, Capabilities, register_attention
 
 _PASSES = {"row_column": ("row", "column"), "row": ("row",), "column": ("column",)}
@@ -49,6 +50,48 @@ def axis_layout(grid: tuple[int, int], prefix_tokens: int, axis: str, causal: bo
     return BlockLayout(lines, lines, keep)
 
 
+class _RowColumn(torch.autograd.Function):
+    """Both passes in one autograd Function: ``A_col (A_row v)`` with the fused block kernels of ``_flash``.
+
+    Saved for backward: q, k, v and the two passes' row log-sum-exp. The row outputs are recomputed in backward,
+    and one whole-length buffer holds them, then their gradient, then the gradient of v: the column blocks
+    partition the tokens (a row's values are read by one chunk, before that chunk writes its gradient there), and
+    each row block's keys are its own queries. Inputs: q, k, v (B, H, L, D), the row and column chunks (from
+    :func:`plan_blocks`), the scaling; returns the values (B, H, L, D).
+    """
+
+    @staticmethod
+    def forward(ctx, q, k, v, row_chunks, column_chunks, scaling):
+        rows, lse_row = blocks_forward(q, k, v, row_chunks, scaling)  # (B, H, L, D), (B, H, h, w, 1)
+        out, lse_column = blocks_forward(q, k, rows, column_chunks, scaling)
+        del rows  # recomputed in backward: one whole-length tensor less kept
+        ctx.chunks, ctx.scaling = (row_chunks, column_chunks), scaling
+        ctx.save_for_backward(q, k, v, lse_row, lse_column)
+        return out.to(q.dtype)
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        q, k, v, lse_row, lse_column = ctx.saved_tensors
+        (row_chunks, column_chunks), scaling = ctx.chunks, ctx.scaling
+        buffer, _ = blocks_forward(q, k, v, row_chunks, scaling)  # the row outputs again
+        dq, dk = torch.zeros_like(q, dtype=buffer.dtype), torch.zeros_like(k, dtype=buffer.dtype)
+        # Column pass: its values are the row outputs; their gradient replaces them in the buffer.
+        blocks_backward(q, k, buffer, column_chunks, lse_column, grad_out, scaling, (dq, dk, buffer, None), reuse="v")
+        # Row pass: its output gradient is in the buffer; the gradient of v replaces it.
+        blocks_backward(q, k, v, row_chunks, lse_row, buffer, scaling, (dq, dk, buffer, None), reuse="grad_out")
+        return dq.to(q.dtype), dk.to(k.dtype), buffer.to(v.dtype), None, None, None
+
+
+def fused_row_column(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, call: AttentionCall) -> torch.Tensor:
+    """The two passes without prefix tokens as one :class:`_RowColumn`: q, k, v (B, H, L, D) -> (B, H, L, D)."""
+    chunks = []
+    for axis in ("row", "column"):
+        layout = axis_layout(call.grid, 0, axis, call.causal, q.device)
+        keep = own_keep(layout, call.key_keep)  # (B or 1, 1, N, Q or 1, W)
+        chunks.append(plan_blocks(q, k, layout.queries, layout.keys, keep))
+    return _RowColumn.apply(q, k, v, chunks[0], chunks[1], call.scaling)
+
+
 @register_attention
 class AxialAttention(AttentionCore):
     """Axial attention: row attention, then column attention over the row outputs (see the module docstring).
@@ -58,6 +101,7 @@ class AxialAttention(AttentionCore):
     """
 
     weights_are_copies = True  # the maps are assembled apart from the values
+    fused = True  # False: the blocked tensors on autograd's graph (see ``attend_layout``), e.g. to compare with
 
     name = "axial"
     capabilities = Capabilities(
@@ -89,11 +133,22 @@ class AxialAttention(AttentionCore):
         return grid_problems(self.name, q_len, kv_len, grid, prefix_tokens)
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, call: AttentionCall) -> AttentionOutput:
+        """Both passes as one fused Function when it can serve the call (no prefix tokens, weights, dropout or
+        compiler); else pass by pass through ``attend_layout`` (fused per pass where that can serve it)."""
+        if (
+            self.fused
+            and self.passes == "row_column"
+            and call.prefix_tokens == 0
+            and not call.output_weights
+            and call.dropout == 0.0
+            and not torch.compiler.is_compiling()
+        ):
+            return AttentionOutput(fused_row_column(q, k, v, call), None)
         values, weights = v, None
         for axis in _PASSES[self.passes]:
             layout = axis_layout(call.grid, call.prefix_tokens, axis, call.causal, q.device)
             # the column pass attends over the row pass's outputs
-            values, pass_weights = attend_layout(q, k, values, layout, call)
+            values, pass_weights = attend_layout(q, k, values, layout, call, fused=self.fused)
             if call.output_weights:  # output = A_col (A_row v): the weights compose as A_col A_row
                 weights = pass_weights if weights is None else torch.matmul(pass_weights, weights)
         return AttentionOutput(values, weights)
