@@ -30,7 +30,11 @@ Randomness: the rotations are drawn on every call from a generator seeded with `
 saved model reproduces its outputs), or from torch's global generator when ``seed`` is None (fresh
 rotations on every call, as the paper trains).
 
-Cost: O(n_hashes * L * window * chunk_length) time and memory, window = 1 + chunks_before + chunks_after.
+Cost: O(n_hashes * L * window * chunk_length) time, window = 1 + chunks_before + chunks_after. Memory for
+training is O(n_hashes * L * head_dim): the chunks are attended by the fused Function of ``_fused_routed`` (a
+few chunks at a time, probabilities recomputed in backward from the saved log-sum-exp, which the rounds also
+mix by); hashing runs a slice of positions at a time. Calls that return weights, use attention dropout or are
+traced by torch.compile take the plain autograd path, which keeps the chunk scores and sorted copies.
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ import torch.nn.functional as F
 from ..utils.checks import check_bool, check_int
 from ..utils.errors import UsageError
 from ..utils.generators import as_generator
+from ._fused_routed import gathered_attention
 from ._masks import bias_per_head, masked_softmax
 from ._tensors import pad_to_multiple
 from .registry import AttentionCall, AttentionCore, AttentionOutput, Capabilities, register_attention
@@ -59,13 +64,29 @@ def normalize_keys(x: torch.Tensor) -> torch.Tensor:
     return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + KEY_NORM_EPS) / math.sqrt(x.shape[-1])
 
 
+# Rotated projections (B * H * n_hashes * positions * num_buckets / 2) hashed at once: O(L) memory, not O(L^2).
+HASH_ELEMENTS = 1 << 21
+
+
 def hash_buckets(vectors: torch.Tensor, rotations: torch.Tensor) -> torch.Tensor:
-    """Angular-LSH buckets: argmax over [xR, -xR] per round.
+    """Angular-LSH buckets: argmax over [xR, -xR] per round (the first of equal maxima, as argmax picks).
 
     vectors: (B, H, L, D); rotations: (H, D, n_hashes, num_buckets / 2). Returns (B, H, n_hashes, L) long.
+    Computed a slice of positions at a time, without the concatenation: argmax of [xR, -xR] is argmax(xR) when
+    max(xR) >= max(-xR) = -min(xR), else num_buckets / 2 + argmin(xR).
     """
-    rotated = torch.einsum("bhld,hdnr->bhnlr", vectors.detach().to(rotations.dtype), rotations)
-    return torch.cat([rotated, -rotated], dim=-1).argmax(dim=-1)
+    batch, heads, length, _ = vectors.shape
+    half = rotations.shape[-1]
+    step = max(1, HASH_ELEMENTS // (batch * heads * rotations.shape[2] * half))
+    vectors = vectors.detach()
+    buckets = []
+    for start in range(0, length, step):
+        piece = vectors[:, :, start : start + step].to(rotations.dtype)
+        rotated = torch.einsum("bhld,hdnr->bhnlr", piece, rotations)  # (B, H, n, l, half)
+        high, high_at = rotated.max(dim=-1)
+        low, low_at = rotated.min(dim=-1)
+        buckets.append(torch.where(high >= -low, high_at, low_at + half))
+    return buckets[0] if len(buckets) == 1 else torch.cat(buckets, dim=-1)
 
 
 def sort_by_bucket(buckets: torch.Tensor) -> torch.Tensor:
@@ -105,7 +126,7 @@ class LSHRoutes(NamedTuple):
     k_order: torch.Tensor
     q_pos: torch.Tensor
     k_pos: torch.Tensor
-    keep: torch.Tensor
+    keep: torch.Tensor | None
     is_self: torch.Tensor | None
 
 
@@ -138,6 +159,7 @@ class LSHAttention(AttentionCore):
     )
     small_kwargs = {"chunk_length": 4, "num_buckets": 4, "n_hashes": 2}
     content_routed = True
+    fused = True  # False: always the plain autograd path (the reference of the fused one)
 
     def __init__(
         self,
@@ -205,8 +227,12 @@ class LSHAttention(AttentionCore):
                 offsets.append(offset)
         return offsets
 
-    def _route(self, q: torch.Tensor, k: torch.Tensor, valid: torch.Tensor, causal: bool, chunk: int) -> LSHRoutes:
-        """Hash, sort and chunk. q, k: (B, H, L_pad, D) with L_pad a multiple of ``chunk``; valid: (B, L_pad)."""
+    def _route(
+        self, q: torch.Tensor, k: torch.Tensor, valid: torch.Tensor, causal: bool, chunk: int, masks: bool = True
+    ) -> LSHRoutes:
+        """Hash, sort and chunk. q, k: (B, H, L_pad, D) with L_pad a multiple of ``chunk``; valid: (B, L_pad).
+
+        ``masks=False`` leaves ``keep`` and ``is_self`` None (the fused path builds them chunk by chunk)."""
         batch, heads, length, head_dim = q.shape
         num_buckets = self.num_buckets or 2 * math.ceil(length / chunk)
         rotations = self._rotations(head_dim, num_buckets, torch.promote_types(q.dtype, torch.float32), q.device)
@@ -220,6 +246,8 @@ class LSHAttention(AttentionCore):
         offsets = self._window_offsets(num_chunks)
         q_pos = q_order.view(batch, heads, num_chunks, chunk)  # (B, H, C, c)
         k_pos = chunk_window(k_order.view(batch, heads, num_chunks, chunk), offsets)  # (B, H, C, W)
+        if not masks:
+            return LSHRoutes(q_order, k_order, q_pos, k_pos, None, None)
         keep = valid[:, None, :].expand(batch, heads, length).gather(2, k_pos.flatten(2)).view(k_pos.shape)
         keep = keep.unsqueeze(-2).expand(*q_pos.shape, k_pos.shape[-1])  # (B, H, C, c, W)
         if causal:
@@ -238,8 +266,12 @@ class LSHAttention(AttentionCore):
         valid = torch.arange(padded, device=q.device)[None, :] < length  # (1, L_pad)
         if call.key_keep is not None:
             valid = valid & F.pad(call.key_keep, (0, padded - length), value=False)
-        routes = self._route(q, k, valid.expand(batch, padded), call.causal, chunk)
+        fused = self._use_fused(call)
+        routes = self._route(q, k, valid.expand(batch, padded), call.causal, chunk, masks=not fused)
         keys = normalize_keys(q) if self.shared_qk else k
+        if fused:
+            out = self._attend_fused(q, keys, v, routes, valid.expand(batch, padded), call)  # (B, H, L_pad, D)
+            return AttentionOutput(out[:, :, :length])
 
         num_chunks, window = routes.k_pos.shape[2], routes.k_pos.shape[3]
         q_sorted = gather_positions(q, routes.q_order).view(batch, heads, num_chunks, chunk, head_dim)
@@ -267,6 +299,40 @@ class LSHAttention(AttentionCore):
         if call.output_weights:
             weights = self._dense_weights(routes, probs, slot_weights, padded)[:, :, :length, :length].to(q.dtype)
         return AttentionOutput(out[:, :, :length], weights)
+
+    def _use_fused(self, call: AttentionCall) -> bool:
+        """The fused attention (:func:`gathered_attention`: no sorted copies or chunk scores kept for backward)
+        serves every call but those returning weights, with attention dropout, or traced by torch.compile,
+        which keep the plain autograd path (as does ``fused = False``)."""
+        return self.fused and not call.output_weights and call.dropout == 0.0 and not torch.compiler.is_compiling()
+
+    def _attend_fused(
+        self,
+        q: torch.Tensor,
+        keys: torch.Tensor,
+        v: torch.Tensor,
+        routes: LSHRoutes,
+        valid: torch.Tensor,
+        call: AttentionCall,
+    ) -> torch.Tensor:
+        """(B, H, L_pad, D) output of the fused path; q, keys, v: (B, H, L_pad, D), valid: (B, L_pad)."""
+        out_sorted, log_norm, _ = gathered_attention(
+            q,
+            keys,
+            v,
+            routes.q_pos,
+            routes.k_pos,
+            key_ok=valid,
+            causal_offset=0 if call.causal else None,
+            self_logit=SELF_LOGIT if self.shared_qk else None,
+            scaling=call.scaling if self.scale_logits else None,
+            bias=call.bias,
+        )  # (B, H, C, c, D), (B, H, C, c)
+        if self.n_hashes > 1:
+            return self._combine_rounds(routes.q_order, out_sorted, log_norm, q.shape[2])[0]
+        # One round: its weight softmax([z]) is exactly 1 (and has zero gradient), so undoing the sort is all.
+        index = routes.q_order.unsqueeze(-1).expand(*routes.q_order.shape, v.shape[-1])  # (B, H, L_pad, D)
+        return torch.zeros_like(out_sorted.flatten(2, 3)).scatter_(2, index, out_sorted.flatten(2, 3))
 
     def _combine_rounds(
         self, q_order: torch.Tensor, out_sorted: torch.Tensor, log_norm: torch.Tensor, padded: int

@@ -21,7 +21,10 @@ cross-attention works. Changing future queries/keys can move present tokens betw
 (content routing); future values never leak.
 
 Cost: O(num_clusters * window_size^2 * head_dim) = O(L^2 / num_clusters); the paper takes about sqrt(L)
-clusters, O(L^1.5).
+clusters, O(L^1.5). Memory for training is O(L * head_dim): the clusters are attended by the fused Function of
+``_fused_routed`` (a chunk of clusters at a time, probabilities recomputed in backward, nothing gathered kept)
+and the commitment loss recomputes its unit vectors in backward; calls that return weights, use attention
+dropout or are traced by torch.compile take the plain autograd path, which keeps the cluster scores.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ import torch
 import torch.nn.functional as F
 
 from ..utils.checks import check_float, check_int
+from ._fused_routed import gathered_attention, unit_distance
 from ._masks import bias_per_head, masked_softmax
 from .registry import AttentionCall, AttentionCore, AttentionOutput, Capabilities, register_attention
 
@@ -77,6 +81,7 @@ class RoutingAttention(AttentionCore):
     )
     small_kwargs = {"num_clusters": 4}
     content_routed = True
+    fused = True  # False: always the plain autograd path (the reference of the fused one)
 
     def __init__(
         self,
@@ -115,11 +120,14 @@ class RoutingAttention(AttentionCore):
         kv_len = k.shape[2]
         key_valid = call.key_keep  # (B, Lk) or None
         query_valid = key_valid if q_len == kv_len else None
-        q_unit, k_unit = F.normalize(q, dim=-1), F.normalize(k, dim=-1)
+        q_unit, k_unit = F.normalize(q.detach(), dim=-1), F.normalize(k.detach(), dim=-1)  # routing: no gradient
         means = self.means.to(q.dtype)
         q_idx = top_members(torch.einsum("bhld,hcd->bhcl", q_unit, means), query_valid, self._window(q_len))
         k_idx = top_members(torch.einsum("bhld,hcd->bhcl", k_unit, means), key_valid, self._window(kv_len))
 
+        if self._use_fused(call):
+            out = self._attend_fused(q, k, v, q_idx, k_idx, key_valid, call)
+            return AttentionOutput(out, None, None, self._finish(q, k, q_unit, k_unit, query_valid, key_valid))
         scores = torch.matmul(take(q, q_idx), take(k, k_idx).transpose(-1, -2)) * call.scaling  # (B, H, C, wq, wk)
         if call.bias is not None:  # the bias of each cluster's queries and keys
             scores = scores + bias_per_head(call.bias, q_idx.unsqueeze(-1), k_idx.unsqueeze(-2)).to(scores.dtype)
@@ -149,12 +157,57 @@ class RoutingAttention(AttentionCore):
             weights = probs.new_zeros(batch, heads, q_len * kv_len).scatter_add(2, flat.flatten(2), share.flatten(2))
             weights = weights.view(batch, heads, q_len, kv_len)
 
-        points = torch.cat([q_unit, k_unit], dim=2)  # (B, H, Lq + Lk, D)
+        return AttentionOutput(out, weights, None, self._finish(q, k, q_unit, k_unit, query_valid, key_valid))
+
+    def _finish(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        q_unit: torch.Tensor,
+        k_unit: torch.Tensor,
+        query_valid: torch.Tensor | None,
+        key_valid: torch.Tensor | None,
+    ) -> torch.Tensor:
+        """The commitment loss of the queries and keys (B, H, L, D) (their detached unit vectors ``q_unit``,
+        ``k_unit`` pick the nearest centroids), then, in training, the centroid update."""
+        batch, q_len = q.shape[0], q.shape[2]
         point_valid = self._point_validity(batch, q_len, query_valid, key_valid, q.device)  # (B, Lq + Lk)
-        aux_loss = self._commitment_loss(points, point_valid)
+        nearest = self._nearest(q_unit), self._nearest(k_unit)  # (B, H, Lq), (B, H, Lk)
+        means = self.means.to(q.dtype)
+        distance = torch.cat([unit_distance(q, means, nearest[0]), unit_distance(k, means, nearest[1])], dim=2)
+        aux_loss = self._commitment_loss(distance, point_valid)
         if self.training:
-            self._update_means(points.detach(), point_valid)
-        return AttentionOutput(out, weights, None, aux_loss)
+            self._update_means(torch.cat([q_unit, k_unit], dim=2), torch.cat(nearest, dim=2), point_valid)
+        return aux_loss
+
+    def _use_fused(self, call: AttentionCall) -> bool:
+        """The fused attention (:func:`gathered_attention`: no gathered copies or cluster scores kept for
+        backward) serves every call but those returning weights, with attention dropout, or traced by
+        torch.compile, which keep the plain autograd path (as does ``fused = False``)."""
+        return self.fused and not call.output_weights and call.dropout == 0.0 and not torch.compiler.is_compiling()
+
+    @staticmethod
+    def _attend_fused(
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        q_idx: torch.Tensor,
+        k_idx: torch.Tensor,
+        key_valid: torch.Tensor | None,
+        call: AttentionCall,
+    ) -> torch.Tensor:
+        """(B, H, Lq, D) output of the fused path: q (B, H, Lq, D), k, v (B, H, Lk, D), q_idx (B, H, C, wq),
+        k_idx (B, H, C, wk), key_valid (B, Lk) or None."""
+        batch, heads, q_len, head_dim = q.shape
+        causal_offset = k.shape[2] - q_len if call.causal else None
+        out_clusters, _, served = gathered_attention(
+            q, k, v, q_idx, k_idx, key_ok=key_valid, causal_offset=causal_offset, scaling=call.scaling, bias=call.bias
+        )  # (B, H, C, wq, D) with zeros where a cluster gave a query nothing to attend, (B, H, C, wq)
+        flat_q = q_idx.flatten(2)  # (B, H, C * wq)
+        counts = q.new_zeros(batch, heads, q_len).scatter_add_(2, flat_q, served.flatten(2).to(q.dtype)).clamp_(min=1)
+        index = flat_q.unsqueeze(-1).expand(-1, -1, -1, head_dim)
+        out = q.new_zeros(batch, heads, q_len, head_dim).scatter_add_(2, index, out_clusters.flatten(2, 3))
+        return out.div_(counts.unsqueeze(-1))
 
     @staticmethod
     def _point_validity(
@@ -175,23 +228,22 @@ class RoutingAttention(AttentionCore):
         """(B, H, N) index of the centroid nearest (most similar) to each unit vector of points (B, H, N, D)."""
         return torch.einsum("bhnd,hcd->bhnc", points, self.means.to(points.dtype)).argmax(-1)
 
-    def _commitment_loss(self, points: torch.Tensor, valid: torch.Tensor | None) -> torch.Tensor:
-        """commitment * mean squared distance (per dimension) of the points to their nearest centroid."""
-        batch, heads, count, head_dim = points.shape
-        means = self.means.to(points.dtype).unsqueeze(0).expand(batch, -1, -1, -1)  # (B, H, C, D)
-        nearest = self._nearest(points.detach())
-        routed = means.gather(2, nearest.unsqueeze(-1).expand(-1, -1, -1, head_dim))  # (B, H, N, D)
-        distance = (points - routed).pow(2).mean(-1)  # (B, H, N)
+    def _commitment_loss(self, distance: torch.Tensor, valid: torch.Tensor | None) -> torch.Tensor:
+        """commitment * mean over the valid points of their distance (B, H, N) to the nearest centroid (the
+        mean squared difference per dimension of the unit vectors, :func:`unit_distance`)."""
+        heads = distance.shape[1]
         if valid is None:
             return self.commitment * distance.mean()
         weight = valid[:, None, :].to(distance.dtype)
         return self.commitment * (distance * weight).sum() / (weight.sum() * heads).clamp(min=1)
 
     @torch.no_grad()
-    def _update_means(self, points: torch.Tensor, valid: torch.Tensor | None) -> None:
-        """One EMA step of spherical k-means: centroids move towards the mean of their nearest points."""
+    def _update_means(self, points: torch.Tensor, nearest: torch.Tensor, valid: torch.Tensor | None) -> None:
+        """One EMA step of spherical k-means: centroids move towards the mean of their nearest points.
+
+        points: (B, H, N, D) unit vectors; nearest: (B, H, N) their nearest centroids; valid: (B, N) or None.
+        """
         batch, heads, count, head_dim = points.shape
-        nearest = self._nearest(points)  # (B, H, N)
         weight = points.new_ones(batch, count) if valid is None else valid.to(points.dtype)
         weight = weight[:, None, :].expand(batch, heads, count)
         # Per head: sums and counts of the points nearest to each centroid, over batch and positions.

@@ -22,6 +22,10 @@ comes from a generator seeded with ``seed`` (the same noise on every call) or, w
 global generator. The sorting network's weights are parameters.
 
 Cost: O(L * 2 * block_size * head_dim) for the attention plus O(n_blocks^2 * (head_dim + sinkhorn_iters)).
+Memory for training is O(L * head_dim): a fused Function (``_fused_routed.sorted_block_attention``) rebuilds the
+sorted slots a chunk of blocks at a time, in backward too, and keeps only q, k, v, the permutation and the row
+log-sum-exp (the permutation's gradient is exact); calls that return weights, use attention dropout or are
+traced by torch.compile take the plain autograd path, which keeps the sorted copies and the scores.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from torch import nn
 from ..utils.checks import check_float, check_int
 from ..utils.errors import UsageError
 from ..utils.generators import as_generator
+from ._fused_routed import sorted_block_attention
 from ._masks import masked_softmax
 from ._tensors import pad_to_multiple
 from .registry import AttentionCall, AttentionCore, AttentionOutput, Capabilities, register_attention
@@ -88,6 +93,7 @@ class SinkhornAttention(AttentionCore):
     )
     small_kwargs = {"block_size": 4, "max_blocks": 16}
     content_routed = True
+    fused = True  # False: always the plain autograd path (the reference of the fused one)
 
     def __init__(
         self,
@@ -170,6 +176,12 @@ class SinkhornAttention(AttentionCore):
             allowed = allowed.tril(-1)  # slot i takes only earlier blocks
         return sinkhorn(logits / self.temperature, allowed, self.sinkhorn_iters, causal)
 
+    def _use_fused(self, call: AttentionCall) -> bool:
+        """The fused attention (:func:`sorted_block_attention`: no sorted copies or scores kept for backward)
+        serves every call but those returning weights, with attention dropout, or traced by torch.compile,
+        which keep the plain autograd path below (as does ``fused = False``)."""
+        return self.fused and not call.output_weights and call.dropout == 0.0 and not torch.compiler.is_compiling()
+
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, call: AttentionCall) -> AttentionOutput:
         """Tokens are sequence positions: ``grid`` and ``prefix_tokens`` change nothing."""
         batch, heads, length, head_dim = q.shape
@@ -182,12 +194,22 @@ class SinkhornAttention(AttentionCore):
         if padding is not None:
             valid = valid & F.pad(padding, (0, padded - length), value=False)
         valid = valid.expand(batch, padded).view(batch, 1, num_blocks, block)  # (B, 1, n, b)
-        zero_invalid = valid.unsqueeze(-1).to(k.dtype)
-        k_blocks = pad_to_multiple(k, block)[0].view(batch, heads, num_blocks, block, head_dim) * zero_invalid
-        v_blocks = pad_to_multiple(v, block)[0].view(batch, heads, num_blocks, block, head_dim) * zero_invalid
+        k_blocks = pad_to_multiple(k, block)[0].view(batch, heads, num_blocks, block, head_dim)
+        v_blocks = pad_to_multiple(v, block)[0].view(batch, heads, num_blocks, block, head_dim)
+        fused = self._use_fused(call)
+        if not fused or padding is not None or padded != length:  # fused and nothing to zero: views of k and v
+            zero_invalid = valid.unsqueeze(-1).to(k.dtype)
+            k_blocks, v_blocks = k_blocks * zero_invalid, v_blocks * zero_invalid
         q_blocks = q.view(batch, heads, num_blocks, block, head_dim)
 
         perm = self.permutation(k_blocks, valid, causal)  # (B, H, n, n)
+        if fused:
+            sorted_valid = torch.einsum("bhij,bjt->bhit", perm.detach(), valid[:, 0].to(perm.dtype)) > 0
+            local_keep = valid.unsqueeze(-2)  # (B, 1, n, 1, b)
+            if causal:
+                local_keep = local_keep & torch.ones(block, block, dtype=torch.bool, device=q.device).tril()
+            out = sorted_block_attention(q_blocks, k_blocks, v_blocks, perm, sorted_valid, local_keep, call.scaling)
+            return AttentionOutput(out.view(batch, heads, padded, head_dim)[:, :, :length], None)
         sorted_k = torch.einsum("bhij,bhjtd->bhitd", perm.to(k.dtype), k_blocks)  # (B, H, n, b, D)
         sorted_v = torch.einsum("bhij,bhjtd->bhitd", perm.to(v.dtype), v_blocks)
         sorted_valid = torch.einsum("bhij,bjt->bhit", perm, valid[:, 0].to(perm.dtype)) > 0  # (B, H, n, b)
