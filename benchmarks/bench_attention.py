@@ -149,12 +149,14 @@ EAGER, SDPA = Row("full", "eager"), Row("full", "sdpa")
 
 
 def rows_for(entries: list[str], baseline: str | None = None, eager: bool = True) -> list[Row]:
-    """The full-attention rows first (the references), then each other entry, each followed by its row at the
-    ``baseline`` commit when one is given."""
+    """The full-attention rows first (the references), then each other entry, each sub-quadratic one followed by
+    its row at the ``baseline`` commit when one is given."""
     rows = [EAGER, SDPA] if eager else [SDPA]
     for name in entries:
         if name != "full":
-            rows += [Row(name)] + ([Row(name, commit=baseline)] if baseline else [])
+            rows.append(Row(name))
+            if baseline and name not in QUADRATIC:  # the quadratic entries are the reference designs, unchanged
+                rows.append(Row(name, commit=baseline))
     return rows
 
 
@@ -265,6 +267,26 @@ def forward_backward(layer: MultiHeadAttention, x: torch.Tensor, call: dict[str,
     loss.backward()
 
 
+def peak_step(
+    row: Row, length: int, libc: ctypes.CDLL | None
+) -> tuple[MultiHeadAttention, torch.Tensor, dict, int, int]:
+    """Build the row's layer and input, take a warm-up step (one-time initialisation stays out of the
+    measurement), trim the heap, reset the peak counter and take one step: returns the layer, input and call
+    with the RSS before that step and its peak (KiB)."""
+    torch.manual_seed(0)
+    layer = build_layer(row, length)
+    call = {"causal": False, "grid": None} if row.backend else call_settings(row.entry, length)
+    x = torch.randn(1, length, HIDDEN, requires_grad=True)  # (B, L, C)
+    forward_backward(layer, x, call)
+    gc.collect()
+    if libc is not None:
+        libc.malloc_trim(0)
+    before = _status_kib("VmRSS")
+    _reset_peak_rss()
+    forward_backward(layer, x, call)
+    return layer, x, call, before, _status_kib("VmHWM")
+
+
 def measure(row: Row, length: int, repeats: int, isolate_allocator: bool = True) -> dict[str, Any]:
     """The RSS growth (MiB) of one step after a warm-up, then the median time (ms) of ``repeats`` more.
 
@@ -273,18 +295,7 @@ def measure(row: Row, length: int, repeats: int, isolate_allocator: bool = True)
     """
     libc = _glibc() if isolate_allocator else None
     _map_tensors_alone(libc)
-    torch.manual_seed(0)
-    layer = build_layer(row, length)
-    call = {"causal": False, "grid": None} if row.backend else call_settings(row.entry, length)
-    x = torch.randn(1, length, HIDDEN, requires_grad=True)  # (B, L, C)
-    forward_backward(layer, x, call)  # warm-up: one-time initialisation stays out of the measurement
-    gc.collect()
-    if libc is not None:
-        libc.malloc_trim(0)
-    before = _status_kib("VmRSS")
-    _reset_peak_rss()
-    forward_backward(layer, x, call)
-    peak = _status_kib("VmHWM")
+    layer, x, call, before, peak = peak_step(row, length, libc)
     _allocate_as_usual(libc)
     forward_backward(layer, x, call)  # warm-up of the heap under the usual settings
     times = []
@@ -340,26 +351,17 @@ def forward_flops(row: Row, length: int) -> float:
 def memory_worker(names: list[str], length: int) -> None:
     """``--memory-worker``: the RSS growth (MiB) of one step of each entry's layer at ``length``, one after the
     other in this fresh process (glibc set up as in :func:`measure`, the peak counter reset before each step),
-    printed as one ``RESULT {name: mib}`` line. What tests/attention/test_attention_memory.py runs."""
+    printed as one ``RESULT {name: mib or error}`` line. What tests/attention/test_attention_memory.py runs."""
     libc = _glibc()
     _map_tensors_alone(libc)
     torch.set_num_threads(1)
-    found = {}
+    found: dict[str, float | str] = {}
     for name in names:
-        row = Row.from_key(name)
-        torch.manual_seed(0)
-        layer = build_layer(row, length)
-        call = {"causal": False, "grid": None} if row.backend else call_settings(row.entry, length)
-        x = torch.randn(1, length, HIDDEN, requires_grad=True)
-        forward_backward(layer, x, call)
-        gc.collect()
-        if libc is not None:
-            libc.malloc_trim(0)
-        before = _status_kib("VmRSS")
-        _reset_peak_rss()
-        forward_backward(layer, x, call)
-        found[name] = max(_status_kib("VmHWM") - before, 4) / 1024
-        del layer, x
+        try:
+            _, _, _, before, peak = peak_step(Row.from_key(name), length, libc)
+            found[name] = max(peak - before, 4) / 1024
+        except Exception as error:  # this entry's failure, named; the others are still measured
+            found[name] = f"{type(error).__name__}: {error}"
         gc.collect()
     print("RESULT " + json.dumps(found), flush=True)
 

@@ -79,7 +79,9 @@ def test_fused_function_passes_gradcheck(name, kwargs):
     def attend(q, k, v, bias):
         return fused_sparse_attention(q, k, v, pattern, key_keep, bias, 0.4, chunk_scores=50)
 
-    assert torch.autograd.gradcheck(attend, (q, k, v, bias))
+    # fast mode (a random projection of the Jacobian, both ways): the full Jacobian of ~1,300 inputs takes seconds per
+    # case, and equality with the autograd path below covers every gradient element
+    assert torch.autograd.gradcheck(attend, (q, k, v, bias), fast_mode=True)
 
 
 @pytest.mark.parametrize("chunk_scores", [1, 64, 1 << 30])
