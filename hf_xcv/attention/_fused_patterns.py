@@ -190,10 +190,15 @@ class _PatternAttention(torch.autograd.Function):
         # Log-sum-exp per position (slot L: padding slots): all pieces so far, and each piece's own.
         total = q.new_full((batch, heads, length + 1), float("-inf"), dtype=acc)
         own = [total.clone() for _ in pieces] if len(pieces) > 1 else []
+        # Short sequences: while every chunk's probabilities together stay within one chunk's budget, the chunks
+        # (their gathered keys) and probabilities are kept, and backward takes them instead of scoring again.
+        kept, kept_scores = [], 0
         for number, piece in enumerate(pieces):
             for start, stop in _group_chunks(piece, batch * heads, chunk_scores):
                 chunk = _Chunk(q, k, piece, start, stop, key_keep, bias, scaling)
                 probs, lse = chunk.probs(acc, with_lse=len(pieces) > 1)
+                kept_scores += probs.numel()
+                kept = kept + [(chunk, probs)] if kept is not None and kept_scores <= chunk_scores else None
                 values = _values(chunk, probs.to(v.dtype), v).flatten(2, 3)  # (B, H, c*Q, D)
                 if lse is None:  # one piece: its softmax is the whole one
                     values = values if chunk.all_valid else values * chunk.valid.reshape(-1, 1)
@@ -213,6 +218,7 @@ class _PatternAttention(torch.autograd.Function):
             lse = scores.amax(dim=-1) - probs.amax(dim=-1).log()  # as in _Chunk.probs; +inf: no key, P = 0
             row_lse[:, :, start:stop] = lse.masked_fill(~anything, float("inf"))
             out.index_copy_(2, rows[start:stop], torch.matmul(probs.to(v.dtype), v))
+        ctx.kept = kept
         ctx.save_for_backward(q, k, v, bias, key_keep, out, row_lse, total, *own)
         ctx.pattern, ctx.scaling, ctx.chunk_scores = pattern, scaling, chunk_scores
         return out
@@ -226,10 +232,14 @@ class _PatternAttention(torch.autograd.Function):
         dq, dk, dv = _like(q), _like(k), _like(v)
         d_bias = torch.zeros_like(bias) if bias is not None and ctx.needs_input_grad[3] else None
         di = (d_out.to(acc) * out.to(acc)).sum(-1)  # (B, H, L)
+        kept = iter(ctx.kept) if ctx.kept is not None else None
         for number, piece in enumerate(_pieces(pattern)):
             for start, stop in _group_chunks(piece, batch * heads, ctx.chunk_scores):
-                chunk = _Chunk(q, k, piece, start, stop, key_keep, bias, scaling)
-                probs, _ = chunk.probs(acc)
+                if kept is not None:
+                    chunk, probs = next(kept)
+                else:
+                    chunk = _Chunk(q, k, piece, start, stop, key_keep, bias, scaling)
+                    probs, _ = chunk.probs(acc)
                 if own:  # this piece's share of each query's softmax: exp(own lse - total lse)
                     share = (own[number].index_select(2, chunk.slot) - total.index_select(2, chunk.slot)).exp_()
                     probs = probs.mul_(share.view(*share.shape[:2], *chunk.positions.shape, 1))
@@ -240,6 +250,7 @@ class _PatternAttention(torch.autograd.Function):
             _global_rows_backward(
                 q, k, v, d_out, di, row_lse, pattern, key_keep, bias, scaling, grads, ctx.chunk_scores
             )
+        ctx.kept = None
         return dq, dk, dv, d_bias, None, None, None, None
 
 
