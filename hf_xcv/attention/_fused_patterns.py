@@ -26,9 +26,10 @@ taken in the input dtype and softmaxed in at least float32 (dS too), as on the o
 from __future__ import annotations
 
 import torch
+from torch.autograd.function import once_differentiable
 
 from ._masks import bias_at
-from ._patterns import KeySet, SparsePattern, _gather_rows, _group_matmul, _key_set_scores
+from ._pattern_sets import KeySet, SparsePattern, _gather_rows, _group_matmul, _key_set_scores
 
 # Score elements per chunk: a speed / memory knob, not a result change. Short sequences take larger chunks (fewer
 # steps of Python; their memory is small anyway): 2^32 / L, between 2^19 (2 MiB of float32, from L = 8192) and 2^22.
@@ -224,6 +225,7 @@ class _PatternAttention(torch.autograd.Function):
         return out
 
     @staticmethod
+    @once_differentiable  # the backward is not itself differentiable: a double backward raises
     def backward(ctx, d_out):
         q, k, v, bias, key_keep, out, row_lse, total, *own = ctx.saved_tensors
         pattern, scaling = ctx.pattern, ctx.scaling
