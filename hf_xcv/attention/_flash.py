@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 
 import torch
+from torch.autograd.function import once_differentiable
 
 LOG2E = math.log2(math.e)  # exp(x) = exp2(x * LOG2E)
 SCORE_BUDGET = 2**18  # score elements per chunk (1 MiB in float32, about a core's cache): the speed / memory knob
@@ -224,6 +225,7 @@ def _chunk_scores(chunk: _Chunk, qc, kc, scaling, bias):
     scores = torch.matmul(qc * (scaling * LOG2E), kc.transpose(-1, -2))
     if bias is not None:
         scores = scores.add_(_part(bias, chunk.heads, chunk.blocks).to(scores.dtype), alpha=LOG2E)
+        scores = scores.clamp_(min=torch.finfo(scores.dtype).min)  # a bias at the minimum would overflow to -inf
     if chunk.drop is not None:
         scores = scores.masked_fill_(chunk.drop, torch.finfo(scores.dtype).min)
     return scores
@@ -318,6 +320,7 @@ class GatheredBlockAttention(torch.autograd.Function):
         return out.to(q.dtype)
 
     @staticmethod
+    @once_differentiable  # the backward is not itself differentiable: a double backward raises
     def backward(ctx, grad_out):
         q, k, v, bias, shared_k, shared_v, lse_all = ctx.saved_tensors
         dtype = lse_all.dtype

@@ -29,6 +29,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from torch.autograd.function import once_differentiable
 
 from ..utils.errors import UsageError
 from ._blocks import BlockLayout, attend_layout, grid_problems, own_keep, prefix_pattern
@@ -70,6 +71,7 @@ class _RowColumn(torch.autograd.Function):
         return out.to(q.dtype)
 
     @staticmethod
+    @once_differentiable  # the backward is not itself differentiable: a double backward raises
     def backward(ctx, grad_out):
         q, k, v, lse_row, lse_column = ctx.saved_tensors
         (row_chunks, column_chunks), scaling = ctx.chunks, ctx.scaling

@@ -133,7 +133,8 @@ class FixedSparseAttention(SparsePatternAttention):
             own = torch.ones(block, block, dtype=torch.bool, device=device).tril()[None]
         # A2: the summary cells of the other blocks (those of the own block are in A1).
         summary = queries[:, block - cells :].reshape(1, -1)  # (1, N*c), seen by every block
-        other = (summary[:, None, :] // block) != (queries[:, :, None] // block)  # (N, l, N*c)
+        # (N, 1, N*c), the same for every query of a block (no L x L/l*c mask); causal: (N, l, N*c)
+        other = (summary[:, None, :] // block) != (queries[:, :1, None] // block)
         if causal:
             other = other & (summary[:, None, :] <= queries[:, :, None])
         key_sets = [

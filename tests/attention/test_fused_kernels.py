@@ -22,6 +22,7 @@ KERNEL_SETTINGS = {"linear": {}, "performer": {"nb_features": 12, "feature_redra
 def small_chunks(monkeypatch):
     """Chunks of a few positions, so every pass runs over several of them (and a ragged last one)."""
     monkeypatch.setattr(kernels, "FUSED_CHUNK_ELEMENTS", 2 * 2 * 12 * 5)
+    monkeypatch.setattr(kernels, "WHOLE_ELEMENTS", 0)
 
 
 def paths(core, q, k, v, keep, seed=1):
@@ -75,6 +76,24 @@ def test_performer_key_stabiliser_follows_a_maximum_that_moves_between_chunks(sm
     (out, grads), (ref_out, ref_grads) = paths(core, q, k, v, None)
     assert max_diff(out, ref_out) <= TOL64
     assert all(max_diff(g, r) <= TOL64 for g, r in zip(grads, ref_grads))
+
+
+@pytest.mark.parametrize("name", ["linear", "performer"])
+def test_short_calls_run_in_one_chunk_and_equal_the_chunked_result(name, monkeypatch):
+    q, k, v = (t.requires_grad_() for t in qkv(q_len=13, dim=4, seed=5))
+    core = build(name, dim=4, **KERNEL_SETTINGS[name])
+    keep = padding_keep(2, 13, [13, 8])
+    results = []
+    for whole in (2**22, 0):
+        monkeypatch.setattr(kernels, "WHOLE_ELEMENTS", whole)
+        monkeypatch.setattr(kernels, "FUSED_CHUNK_ELEMENTS", 2 * 2 * 12 * 4)
+        out = core(q, k, v, keep).values
+        results.append((out, torch.autograd.grad(out.square().sum(), (q, k, v))))
+    monkeypatch.setattr(kernels, "WHOLE_ELEMENTS", 2**22)
+    assert len(kernels._chunks(13, 48)) == 1 and len(kernels._chunks(1024, 8 * 256)) == 1  # performer at 1K
+    assert len(kernels._chunks(2048, 8)) > 1 and len(kernels._chunks(1024, 2**13)) > 1  # long, or wide
+    assert max_diff(results[0][0], results[1][0]) <= TOL64
+    assert all(max_diff(a, b) <= TOL64 for a, b in zip(results[0][1], results[1][1]))
 
 
 def test_fused_kernel_output_merges_heads_without_a_copy():
