@@ -556,16 +556,6 @@ def format_table(results: dict, rows: list[Row], lengths: list[int]) -> str:
     return "\n".join(lines)
 
 
-def _verdict(claim: str, cell: dict, ref: dict, key: str, passes: Callable[[float], bool]) -> str:
-    """``PASS``/``FAIL`` with the ratio (a speed-up ref/cell for time, cell/ref for memory), or ``MISSING``."""
-    if cell.get("status") != "ok" or ref.get("status") != "ok":
-        return f"MISSING {claim}: not measured"
-    shown = ref[key] / cell[key] if key == "ms" else cell[key] / ref[key]
-    unit = "ms" if key == "ms" else "MiB"
-    word = "PASS" if passes(shown) else "FAIL"
-    return f"{word:<7} {claim}: {shown:.2f}x ({cell[key]:.0f} {unit} vs {ref[key]:.0f} {unit})"
-
-
 def _cell(results: dict, label: str, length: int) -> dict:
     return results.get((label, length), {})
 

@@ -38,7 +38,10 @@ def _git(*args: str) -> str | None:
 
 
 def commit() -> str:
-    """The checkout's commit, marked when the code differs from it (results files aside); "unknown" outside git."""
+    """The checkout's commit, marked when the code differs from it (results files aside); "unknown" outside git,
+    unless ``RESULTS_COMMIT`` names it (a copy of the tree run elsewhere, e.g. on a GPU machine without git)."""
+    if os.environ.get("RESULTS_COMMIT"):
+        return os.environ["RESULTS_COMMIT"]
     head = _git("rev-parse", "--short", "HEAD")
     if head is None:
         return "unknown (not a git checkout)"

@@ -386,11 +386,13 @@ class LayoutAttention(AttentionCore):
     """Base of the entries defined by a :class:`BlockLayout`: subclasses give :meth:`layout`."""
 
     weights_are_copies = True  # the maps are assembled apart from the values
-    fused = True  # False: today's unfused path on autograd's graph (see attend_layout), e.g. to compare with
+    # None (default): the fused path on CPU tensors only (AttentionCore.use_fused); True: always; False: today's
+    # unfused path on autograd's graph (see attend_layout), e.g. to compare with
+    fused: bool | None = None
 
     def layout(self, q_len: int, kv_len: int, grid, prefix_tokens: int, causal: bool, device) -> BlockLayout:
         raise NotImplementedError
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, call: AttentionCall) -> AttentionOutput:
         layout = self.layout(q.shape[2], k.shape[2], call.grid, call.prefix_tokens, call.causal, q.device)
-        return AttentionOutput(*attend_layout(q, k, v, layout, call, fused=self.fused))
+        return AttentionOutput(*attend_layout(q, k, v, layout, call, fused=self.use_fused(q)))

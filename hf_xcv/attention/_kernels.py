@@ -293,7 +293,9 @@ class KernelAttention(AttentionCore):
             raise UsageError(f"chunk_size must be a positive integer, got {chunk_size!r}")
         self.chunk_size = chunk_size
 
-    fused = True  # non-causal calls use FusedKernelAttention; False: autograd through kernel_attention (tests)
+    # None (default): the fused path on CPU tensors only (AttentionCore.use_fused); True: always; non-causal calls use
+    # FusedKernelAttention; False: autograd through kernel_attention (tests)
+    fused: bool | None = None
 
     def features(
         self, q: torch.Tensor, k: torch.Tensor, keep: torch.Tensor | None, causal: bool, scaling: float
@@ -311,7 +313,7 @@ class KernelAttention(AttentionCore):
         # At least float32 throughout: features are exponentials and sums run over thousands of keys.
         out_dtype, dtype = v.dtype, torch.promote_types(q.dtype, torch.float32)
         q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)
-        if not call.causal and self.fused:
+        if not call.causal and self.use_fused(q):
             kind, projection = self.feature_map(q, call.scaling)
             return AttentionOutput(
                 FusedKernelAttention.apply(q, k, v, keep, kind, projection, call.scaling).to(out_dtype)

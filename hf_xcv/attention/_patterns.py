@@ -164,7 +164,9 @@ class SparsePatternAttention(AttentionCore):
     """
 
     weights_are_copies = True  # the maps are assembled apart from the values
-    fused = True  # False: every call takes the unfused autograd path of :func:`sparse_attention` (tests compare)
+    # None (default): the fused path on CPU tensors only (AttentionCore.use_fused); True: always; False: every call
+    # takes the unfused autograd path of :func:`sparse_attention` (tests compare)
+    fused: bool | None = None
 
     def pattern(self, length: int, causal: bool, prefix_tokens: int, device) -> SparsePattern:
         """The pattern over ``length`` tokens, the first ``prefix_tokens`` of them global."""
@@ -182,7 +184,7 @@ class SparsePatternAttention(AttentionCore):
         """``grid`` is not needed (the pattern is 1-D)."""
         length = q.shape[2]
         pattern = self.pattern(length, call.causal, min(call.prefix_tokens, length), q.device)
-        values, weights = sparse_attention(q, k, v, pattern, call, fused=self.fused)
+        values, weights = sparse_attention(q, k, v, pattern, call, fused=self.use_fused(q))
         return AttentionOutput(values, weights)
 
 

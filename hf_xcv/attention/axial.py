@@ -103,7 +103,9 @@ class AxialAttention(AttentionCore):
     """
 
     weights_are_copies = True  # the maps are assembled apart from the values
-    fused = True  # False: the blocked tensors on autograd's graph (see ``attend_layout``), e.g. to compare with
+    # None (default): the fused path on CPU tensors only (AttentionCore.use_fused); True: always; False: the blocked
+    # tensors on autograd's graph (see ``attend_layout``), e.g. to compare with
+    fused: bool | None = None
 
     name = "axial"
     capabilities = Capabilities(
@@ -138,7 +140,7 @@ class AxialAttention(AttentionCore):
         """Both passes as one fused Function when it can serve the call (no prefix tokens, weights, dropout or
         compiler); else pass by pass through ``attend_layout`` (fused per pass where that can serve it)."""
         if (
-            self.fused
+            self.use_fused(q)
             and self.passes == "row_column"
             and call.prefix_tokens == 0
             and not call.output_weights
@@ -150,7 +152,7 @@ class AxialAttention(AttentionCore):
         for axis in _PASSES[self.passes]:
             layout = axis_layout(call.grid, call.prefix_tokens, axis, call.causal, q.device)
             # the column pass attends over the row pass's outputs
-            values, pass_weights = attend_layout(q, k, values, layout, call, fused=self.fused)
+            values, pass_weights = attend_layout(q, k, values, layout, call, fused=self.use_fused(q))
             if call.output_weights:  # output = A_col (A_row v): the weights compose as A_col A_row
                 weights = pass_weights if weights is None else torch.matmul(pass_weights, weights)
         return AttentionOutput(values, weights)

@@ -159,7 +159,9 @@ class LSHAttention(AttentionCore):
     )
     small_kwargs = {"chunk_length": 4, "num_buckets": 4, "n_hashes": 2}
     content_routed = True
-    fused = True  # False: always the plain autograd path (the reference of the fused one)
+    # None (default): the fused path on CPU tensors only (AttentionCore.use_fused); True: always; False: always the
+    # plain autograd path (the reference of the fused one)
+    fused: bool | None = None
 
     def __init__(
         self,
@@ -266,7 +268,7 @@ class LSHAttention(AttentionCore):
         valid = torch.arange(padded, device=q.device)[None, :] < length  # (1, L_pad)
         if call.key_keep is not None:
             valid = valid & F.pad(call.key_keep, (0, padded - length), value=False)
-        fused = self._use_fused(call)
+        fused = self._use_fused(call, q)
         routes = self._route(q, k, valid.expand(batch, padded), call.causal, chunk, masks=not fused)
         keys = normalize_keys(q) if self.shared_qk else k
         if fused:
@@ -300,11 +302,12 @@ class LSHAttention(AttentionCore):
             weights = self._dense_weights(routes, probs, slot_weights, padded)[:, :, :length, :length].to(q.dtype)
         return AttentionOutput(out[:, :, :length], weights)
 
-    def _use_fused(self, call: AttentionCall) -> bool:
+    def _use_fused(self, call: AttentionCall, q: torch.Tensor) -> bool:
         """The fused attention (:func:`gathered_attention`: no sorted copies or chunk scores kept for backward)
         serves every call but those returning weights, with attention dropout, or traced by torch.compile,
-        which keep the plain autograd path (as does ``fused = False``)."""
-        return self.fused and not call.output_weights and call.dropout == 0.0 and not torch.compiler.is_compiling()
+        which keep the plain autograd path (as do ``fused = False`` and, by default, tensors off the CPU)."""
+        plain = call.output_weights or call.dropout > 0.0 or torch.compiler.is_compiling()
+        return self.use_fused(q) and not plain
 
     def _attend_fused(
         self,

@@ -87,7 +87,9 @@ class MemoryCompressedAttention(AttentionCore):
         "needs probabilities over tokens, and its probabilities are over compressed memory slots",
     }
     small_kwargs = {"compression": 2, "block_size": 4}
-    fused = True  # False: the blocked tensors on autograd's graph (see ``attend_layout``), e.g. to compare with
+    # None (default): the fused path on CPU tensors only (AttentionCore.use_fused); True: always; False: the blocked
+    # tensors on autograd's graph (see ``attend_layout``), e.g. to compare with
+    fused: bool | None = None
 
     def __init__(self, num_heads: int, head_dim: int, compression: int = 3, block_size: int = 256):
         super().__init__(num_heads, head_dim)
@@ -131,7 +133,7 @@ class MemoryCompressedAttention(AttentionCore):
             layout.keys, layout.keep = layout.keys[:, :0], layout.keep[..., :0]
         query_tokens = torch.where(layout.queries < q_len, layout.queries + kv_len - q_len, -1)  # (N, Q), -1: empty
         slots = self.memory(k, v, call.key_keep, prefix_tokens, group, call.causal, query_tokens)
-        values, _ = attend_layout(q, k, v, layout, call, extra_shared=slots, fused=self.fused)
+        values, _ = attend_layout(q, k, v, layout, call, extra_shared=slots, fused=self.use_fused(q))
         return AttentionOutput(values, None)
 
     def memory(

@@ -208,6 +208,16 @@ class AttentionCore(nn.Module):
     # exactly as computed. Costs an (Lq x Lk) matmul, only when weights are asked for.
     weights_are_copies: ClassVar[bool] = False
 
+    def use_fused(self, tensor: torch.Tensor) -> bool:
+        """Whether a call on ``tensor`` takes the entry's fused path (entries that have one carry a ``fused``
+        flag): True or False as set on the module; ``None`` (their default) on CPU tensors only. The fused paths
+        loop over chunks of the sequence in Python, so on an accelerator their kernels are too small to fill it:
+        on an H200 they took 2-80x the time of the plain path, which is that fast there and whose memory a GPU
+        has room for (benchmarks/results/attention_cuda.md). Set ``fused = True`` to trade that time for the
+        memory on a GPU."""
+        flag = getattr(self, "fused", False)
+        return tensor.device.type == "cpu" if flag is None else bool(flag)
+
     def __init__(self, num_heads: int, head_dim: int):
         super().__init__()
         if num_heads <= 0 or head_dim <= 0:

@@ -81,7 +81,9 @@ class RoutingAttention(AttentionCore):
     )
     small_kwargs = {"num_clusters": 4}
     content_routed = True
-    fused = True  # False: always the plain autograd path (the reference of the fused one)
+    # None (default): the fused path on CPU tensors only (AttentionCore.use_fused); True: always; False: always the
+    # plain autograd path (the reference of the fused one)
+    fused: bool | None = None
 
     def __init__(
         self,
@@ -125,7 +127,7 @@ class RoutingAttention(AttentionCore):
         q_idx = top_members(torch.einsum("bhld,hcd->bhcl", q_unit, means), query_valid, self._window(q_len))
         k_idx = top_members(torch.einsum("bhld,hcd->bhcl", k_unit, means), key_valid, self._window(kv_len))
 
-        if self._use_fused(call):
+        if self._use_fused(call, q):
             out = self._attend_fused(q, k, v, q_idx, k_idx, key_valid, call)
             return AttentionOutput(out, None, None, self._finish(q, k, q_unit, k_unit, query_valid, key_valid))
         scores = torch.matmul(take(q, q_idx), take(k, k_idx).transpose(-1, -2)) * call.scaling  # (B, H, C, wq, wk)
@@ -180,11 +182,13 @@ class RoutingAttention(AttentionCore):
             self._update_means(torch.cat([q_unit, k_unit], dim=2), torch.cat(nearest, dim=2), point_valid)
         return aux_loss
 
-    def _use_fused(self, call: AttentionCall) -> bool:
+    def _use_fused(self, call: AttentionCall, q: torch.Tensor) -> bool:
         """The fused attention (:func:`gathered_attention`: no gathered copies or cluster scores kept for
         backward) serves every call but those returning weights, with attention dropout, or traced by
-        torch.compile, which keep the plain autograd path (as does ``fused = False``)."""
-        return self.fused and not call.output_weights and call.dropout == 0.0 and not torch.compiler.is_compiling()
+        torch.compile, which keep the plain autograd path (as do ``fused = False`` and, by default, tensors off
+        the CPU)."""
+        plain = call.output_weights or call.dropout > 0.0 or torch.compiler.is_compiling()
+        return self.use_fused(q) and not plain
 
     @staticmethod
     def _attend_fused(

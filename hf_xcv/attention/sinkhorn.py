@@ -93,7 +93,9 @@ class SinkhornAttention(AttentionCore):
     )
     small_kwargs = {"block_size": 4, "max_blocks": 16}
     content_routed = True
-    fused = True  # False: always the plain autograd path (the reference of the fused one)
+    # None (default): the fused path on CPU tensors only (AttentionCore.use_fused); True: always; False: always the
+    # plain autograd path (the reference of the fused one)
+    fused: bool | None = None
 
     def __init__(
         self,
@@ -176,11 +178,12 @@ class SinkhornAttention(AttentionCore):
             allowed = allowed.tril(-1)  # slot i takes only earlier blocks
         return sinkhorn(logits / self.temperature, allowed, self.sinkhorn_iters, causal)
 
-    def _use_fused(self, call: AttentionCall) -> bool:
+    def _use_fused(self, call: AttentionCall, q: torch.Tensor) -> bool:
         """The fused attention (:func:`sorted_block_attention`: no sorted copies or scores kept for backward)
         serves every call but those returning weights, with attention dropout, or traced by torch.compile,
-        which keep the plain autograd path below (as does ``fused = False``)."""
-        return self.fused and not call.output_weights and call.dropout == 0.0 and not torch.compiler.is_compiling()
+        which keep the plain autograd path below (as do ``fused = False`` and, by default, tensors off the CPU)."""
+        plain = call.output_weights or call.dropout > 0.0 or torch.compiler.is_compiling()
+        return self.use_fused(q) and not plain
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, call: AttentionCall) -> AttentionOutput:
         """Tokens are sequence positions: ``grid`` and ``prefix_tokens`` change nothing."""
@@ -196,7 +199,7 @@ class SinkhornAttention(AttentionCore):
         valid = valid.expand(batch, padded).view(batch, 1, num_blocks, block)  # (B, 1, n, b)
         k_blocks = pad_to_multiple(k, block)[0].view(batch, heads, num_blocks, block, head_dim)
         v_blocks = pad_to_multiple(v, block)[0].view(batch, heads, num_blocks, block, head_dim)
-        fused = self._use_fused(call)
+        fused = self._use_fused(call, q)
         if not fused or padding is not None or padded != length:  # fused and nothing to zero: views of k and v
             zero_invalid = valid.unsqueeze(-1).to(k.dtype)
             k_blocks, v_blocks = k_blocks * zero_invalid, v_blocks * zero_invalid

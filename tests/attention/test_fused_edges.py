@@ -27,8 +27,8 @@ FUSED = [  # (entry, kwargs, grid): one per fused Function
 @pytest.mark.parametrize("name, kwargs, grid", FUSED, ids=[case[0] for case in FUSED])
 def test_a_second_derivative_through_a_fused_path_raises(name, kwargs, grid):
     core = build(name, **small(name, **kwargs))
-    assert core.fused
     q, k, v = (t.requires_grad_() for t in qkv(q_len=16))
+    assert core.use_fused(q)
     out = core(q, k, v, grid=grid).values
     grads = torch.autograd.grad(out.square().sum(), (q, k, v), create_graph=True, allow_unused=True)  # lsh: k unused
     with pytest.raises(RuntimeError, match="once_differentiable"):
@@ -73,3 +73,29 @@ def test_the_fixed_pattern_keeps_no_quadratic_mask(causal):
         assert entries >= length * length // 4
     else:
         assert entries <= 2 * length * core.block_size
+
+
+def test_the_fused_paths_serve_cpu_tensors_by_default_and_the_plain_paths_others():
+    """``fused = None`` (the default): fused on the CPU; on an accelerator (here a meta tensor stands for one)
+    the plain path, whose few large kernels are the fast ones there; True and False hold on every device."""
+    core = build("local", **small("local"))
+    cpu, elsewhere = torch.zeros(1), torch.zeros(1, device="meta")
+    assert core.fused is None and core.use_fused(cpu) and not core.use_fused(elsewhere)
+    core.fused = True
+    assert core.use_fused(cpu) and core.use_fused(elsewhere)
+    core.fused = False
+    assert not core.use_fused(cpu) and not core.use_fused(elsewhere)
+    assert not build("full").use_fused(cpu)  # no fused path to take
+
+
+@pytest.mark.parametrize("name, kwargs, grid", FUSED, ids=[case[0] for case in FUSED])
+def test_the_default_on_cpu_is_the_fused_path(name, kwargs, grid):
+    """On CPU the default computes exactly what ``fused = True`` computes (the same Function)."""
+    q, k, v = qkv(q_len=16)
+    outputs = []
+    for flag in (None, True):
+        core = build(name, **small(name, **kwargs))
+        core.fused = flag
+        torch.manual_seed(0)  # lsh draws its rotations
+        outputs.append(core(q, k, v, grid=grid).values)
+    assert torch.equal(outputs[0], outputs[1])

@@ -81,11 +81,13 @@ def test_fused_path_serves_plain_calls_only(name):
     """Returned weights, attention dropout and torch.compile tracing keep the plain autograd path."""
     core = build_attention(name, HEADS, DIM, **get_attention_class(name).small_kwargs)
     call = AttentionCall(None, None, False, False, None, 0, None, 0.0, 1.0, False, None, core)
-    assert core._use_fused(call)
-    assert not core._use_fused(call._replace(output_weights=True))
-    assert not core._use_fused(call._replace(dropout=0.1))
+    q = torch.zeros(1, HEADS, 4, DIM)
+    assert core._use_fused(call, q)
+    assert not core._use_fused(call._replace(output_weights=True), q)
+    assert not core._use_fused(call._replace(dropout=0.1), q)
+    assert not core._use_fused(call, q.to("meta"))  # off the CPU: the plain path unless fused = True
     core.fused = False
-    assert not core._use_fused(call)
+    assert not core._use_fused(call, q)
 
 
 # ------------------------------------------------------------------------------------------ gradcheck
