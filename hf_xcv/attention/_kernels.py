@@ -106,6 +106,8 @@ def causal_kernel_attention(
 FUSED_CHUNK_ELEMENTS = 2**18  # elements of one (B, H, C, M) chunk of features, 1 MiB in float32 (speed/memory only)
 # A call of at most WHOLE_LENGTH positions whose features fit in WHOLE_ELEMENTS (16 MiB in float32) is one chunk.
 WHOLE_LENGTH, WHOLE_ELEMENTS = 1024, 2**22
+# By default (fused = None) a call of at most PLAIN_LENGTH keys takes the plain path (see KernelAttention._fused_call).
+PLAIN_LENGTH = 2048
 
 
 def _chunks(length: int, row_elements: int):
@@ -307,13 +309,22 @@ class KernelAttention(AttentionCore):
         """The :class:`FeatureMap` of the fused path: its kind and projection (D, M) for queries like ``q``."""
         raise NotImplementedError
 
+    def _fused_call(self, q: torch.Tensor, k: torch.Tensor) -> bool:
+        """Whether a non-causal call takes :class:`FusedKernelAttention`: as :meth:`use_fused` says, except that by
+        default (``fused = None``) a call of at most ``PLAIN_LENGTH`` keys keeps the plain path, where keeping the
+        (L x M) features costs less time than recomputing them in backward (Performer at 1K took 1.05-1.06x the
+        plain path's time fused, in three benchmark runs) and they are small (a few MiB)."""
+        if self.fused is None and k.shape[2] <= PLAIN_LENGTH:
+            return False
+        return self.use_fused(q)
+
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, call: AttentionCall) -> AttentionOutput:
         """``grid`` and ``prefix_tokens`` change nothing (every token is treated alike)."""
         keep = call.key_keep  # (B, Lk) or None
         # At least float32 throughout: features are exponentials and sums run over thousands of keys.
         out_dtype, dtype = v.dtype, torch.promote_types(q.dtype, torch.float32)
         q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)
-        if not call.causal and self.use_fused(q):
+        if not call.causal and self._fused_call(q, k):
             kind, projection = self.feature_map(q, call.scaling)
             return AttentionOutput(
                 FusedKernelAttention.apply(q, k, v, keep, kind, projection, call.scaling).to(out_dtype)

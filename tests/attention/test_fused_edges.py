@@ -10,6 +10,8 @@ import pytest
 import torch
 from attention_testing import TOL64, build, max_diff, qkv, small
 
+from hf_xcv.attention import _kernels as kernels
+
 FUSED = [  # (entry, kwargs, grid): one per fused Function
     ("linear", {}, None),
     ("performer", {}, None),
@@ -27,8 +29,8 @@ FUSED = [  # (entry, kwargs, grid): one per fused Function
 @pytest.mark.parametrize("name, kwargs, grid", FUSED, ids=[case[0] for case in FUSED])
 def test_a_second_derivative_through_a_fused_path_raises(name, kwargs, grid):
     core = build(name, **small(name, **kwargs))
+    core.fused = True  # the kernel entries' default keeps short calls on the plain path
     q, k, v = (t.requires_grad_() for t in qkv(q_len=16))
-    assert core.use_fused(q)
     out = core(q, k, v, grid=grid).values
     grads = torch.autograd.grad(out.square().sum(), (q, k, v), create_graph=True, allow_unused=True)  # lsh: k unused
     with pytest.raises(RuntimeError, match="once_differentiable"):
@@ -89,8 +91,10 @@ def test_the_fused_paths_serve_cpu_tensors_by_default_and_the_plain_paths_others
 
 
 @pytest.mark.parametrize("name, kwargs, grid", FUSED, ids=[case[0] for case in FUSED])
-def test_the_default_on_cpu_is_the_fused_path(name, kwargs, grid):
-    """On CPU the default computes exactly what ``fused = True`` computes (the same Function)."""
+def test_the_default_on_cpu_is_the_fused_path(name, kwargs, grid, monkeypatch):
+    """On CPU the default computes exactly what ``fused = True`` computes (the same Function); for the kernel
+    entries, above ``PLAIN_LENGTH`` keys (lowered here to 8)."""
+    monkeypatch.setattr(kernels, "PLAIN_LENGTH", 8)
     q, k, v = qkv(q_len=16)
     outputs = []
     for flag in (None, True):
@@ -99,3 +103,18 @@ def test_the_default_on_cpu_is_the_fused_path(name, kwargs, grid):
         torch.manual_seed(0)  # lsh draws its rotations
         outputs.append(core(q, k, v, grid=grid).values)
     assert torch.equal(outputs[0], outputs[1])
+
+
+@pytest.mark.parametrize("name", ["linear", "performer"])
+def test_kernel_entries_keep_short_calls_on_the_plain_path_by_default(name):
+    """Up to PLAIN_LENGTH keys the default (fused = None) is autograd's path, which keeps the features and is the
+    faster one there; above it, and with fused = True at any length, the fused Function."""
+    core = build(name, **small(name))
+    short, long = torch.zeros(1, 2, kernels.PLAIN_LENGTH, 8), torch.zeros(1, 2, kernels.PLAIN_LENGTH + 1, 8)
+    assert not core._fused_call(short, short) and core._fused_call(long, long)
+    core.fused = True
+    assert core._fused_call(short, short)
+    q, k, v = (t.requires_grad_() for t in qkv(q_len=16))
+    core.fused = None
+    out = core(q, k, v).values
+    assert out.grad_fn.name() != "FusedKernelAttentionBackward"

@@ -99,7 +99,9 @@ def test_short_calls_run_in_one_chunk_and_equal_the_chunked_result(name, monkeyp
 def test_fused_kernel_output_merges_heads_without_a_copy():
     """The output is laid out (B, L, H, D): the layer's merge of the heads is a view."""
     q, k, v = qkv(q_len=6, dim=4)
-    out = build("linear", dim=4)(q, k, v).values
+    core = build("linear", dim=4)
+    core.fused = True  # by default a call this short takes the plain path
+    out = core(q, k, v).values
     merged = out.transpose(1, 2).reshape(2, 6, 8)
     assert merged.data_ptr() == out.data_ptr() and merged.is_contiguous()
 
@@ -108,6 +110,7 @@ def test_fused_kernel_output_merges_heads_without_a_copy():
 def test_fused_kernel_attention_compiles_into_one_graph_with_its_gradient(name):
     q, k, v = (t.float().requires_grad_() for t in qkv(q_len=8, dim=4))
     core = build(name, dim=4, dtype=torch.float32, **KERNEL_SETTINGS[name])
+    core.fused = True  # the fused Function itself (a call this short takes the plain path by default)
     keep = padding_keep(2, 8, [6, 8])
     compiled = torch.compile(lambda q, k, v: core(q, k, v, keep).values, fullgraph=True, backend="aot_eager")
     out = compiled(q, k, v)
