@@ -21,7 +21,7 @@ from pathlib import Path
 from mkdocs.structure.files import File
 
 REPO = Path(__file__).resolve().parents[1]
-SITE_FILES = ["benchmarks/results/lra/accuracy_vs_speed.png"]
+SITE_FILES = ["benchmarks/results/lra/accuracy_vs_speed.png", "benchmarks/results/attention.png"]
 MARKER = re.compile(r"^<!-- generated: ([a-z-]+)(?: ([a-z_]+))? -->$", re.MULTILINE)
 
 # Capability flags in the order of the table, with their column titles.
