@@ -306,8 +306,7 @@ class LSHAttention(AttentionCore):
         """The fused attention (:func:`gathered_attention`: no sorted copies or chunk scores kept for backward)
         serves every call but those returning weights, with attention dropout, or traced by torch.compile,
         which keep the plain autograd path (as do ``fused = False`` and, by default, tensors off the CPU)."""
-        plain = call.output_weights or call.dropout > 0.0 or torch.compiler.is_compiling()
-        return self.use_fused(q) and not plain
+        return self.fused_serves(call, q)
 
     def _attend_fused(
         self,

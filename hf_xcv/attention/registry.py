@@ -218,6 +218,12 @@ class AttentionCore(nn.Module):
         flag = getattr(self, "fused", False)
         return tensor.device.type == "cpu" if flag is None else bool(flag)
 
+    def fused_serves(self, call: AttentionCall, tensor: torch.Tensor) -> bool:
+        """:meth:`use_fused` for a call a fused Function can serve: one that returns no weights, has no attention
+        dropout and is not traced by torch.compile (those keep the plain autograd path)."""
+        plain = call.output_weights or call.dropout > 0.0 or torch.compiler.is_compiling()
+        return self.use_fused(tensor) and not plain
+
     def __init__(self, num_heads: int, head_dim: int):
         super().__init__()
         if num_heads <= 0 or head_dim <= 0:

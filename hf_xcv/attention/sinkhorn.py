@@ -182,8 +182,7 @@ class SinkhornAttention(AttentionCore):
         """The fused attention (:func:`sorted_block_attention`: no sorted copies or scores kept for backward)
         serves every call but those returning weights, with attention dropout, or traced by torch.compile,
         which keep the plain autograd path below (as do ``fused = False`` and, by default, tensors off the CPU)."""
-        plain = call.output_weights or call.dropout > 0.0 or torch.compiler.is_compiling()
-        return self.use_fused(q) and not plain
+        return self.fused_serves(call, q)
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, call: AttentionCall) -> AttentionOutput:
         """Tokens are sequence positions: ``grid`` and ``prefix_tokens`` change nothing."""
